@@ -1,0 +1,1 @@
+"""The embedded engine (torch): takes token ids and sampling parameters, never JSON."""

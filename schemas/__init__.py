@@ -1,0 +1,1 @@
+"""JSON Schemas of the wire formats (requests, responses, stream events, errors), loaded as package data."""

