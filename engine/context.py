@@ -1,0 +1,47 @@
+"""The attention context of one forward step, shared by the model runner (writer) and attention layers (readers).
+
+One step runs a batch of sequences; sequence i contributes `query_lens[i]` new tokens (a whole prompt, a
+prefill chunk, or one decode token) and attends to `context_lens[i]` tokens in total (cached + new). The
+new tokens are laid out flat, sequence after sequence, so `cu_seqlens_q` indexes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class AttentionContext:
+    """Where each new token's K/V goes (`slot_mapping`: block_id * block_size + offset) and what each
+    sequence reads (`block_tables`, padded with -1; `context_lens` includes this step's tokens)."""
+
+    query_lens: list[int]
+    context_lens_list: list[int]
+    cu_seqlens_q: torch.Tensor  # int64 [B + 1]
+    context_lens: torch.Tensor  # int64 [B]
+    slot_mapping: torch.Tensor  # int64 [N]
+    block_tables: torch.Tensor  # int64 [B, max_blocks]
+    block_size: int
+
+    @property
+    def is_decode_only(self) -> bool:
+        return all(q == 1 for q in self.query_lens)
+
+
+_CONTEXT: AttentionContext | None = None
+
+
+def set_context(ctx: AttentionContext | None) -> None:
+    global _CONTEXT
+    _CONTEXT = ctx
+
+
+def get_context() -> AttentionContext:
+    assert _CONTEXT is not None, "attention context not set for this step"
+    return _CONTEXT
+
+
+def reset_context() -> None:
+    set_context(None)

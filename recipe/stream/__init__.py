@@ -1,0 +1,1 @@
+"""Model output → protocol events and complete responses for the three APIs."""
