@@ -6,9 +6,16 @@ import argparse
 import importlib
 import sys
 
-# sub-command name -> module defining `add_parser(subparsers)`; each module sets `func` on its parser.
+# sub-command name -> module defining `add_parser(subparsers)`, which adds the sub-command and sets
+# `func(args) -> int` on it. A module that fails to import leaves its command listed as unavailable.
 SUBCOMMANDS: dict[str, str] = {
     "encode": "recipe.cli_encode",
+    "validate": "recipe.cli_validate",
+    "constrain": "recipe.cli_constrain",
+    "generate": "recipe.cli_generate",
+    "serve": "recipe.server.cli_serve",
+    "playground": "recipe.server.cli_playground",
+    "conformance": "recipe.conformance.cli",
 }
 
 
@@ -20,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
             mod = importlib.import_module(module)
         except ImportError as exc:  # an optional extra is missing: the command says so when run
             p = sub.add_parser(name, help=f"(unavailable: {exc})")
-            p.set_defaults(func=lambda _args, exc=exc: sys.exit(f"recipe {name}: unavailable: {exc}"))
+            p.set_defaults(func=lambda _args, name=name, exc=exc: sys.exit(f"recipe {name}: unavailable: {exc}"))
             continue
         mod.add_parser(sub)
     return parser
