@@ -1,0 +1,100 @@
+"""The FastAPI app: `create_app(config, backend)` wires the routers, errors, auth, limits and metrics together."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from recipe.server import routes_chat, routes_messages, routes_misc, routes_responses
+from recipe.server.auth import KeyChecker
+from recipe.server.backend import Backend
+from recipe.server.config import ServerConfig
+from recipe.server.errors import ApiError, shape_for_path
+from recipe.server.limits import Admission
+from recipe.server.metrics import ServerMetrics
+from recipe.server.pipeline import Pipeline
+from recipe.server.protocol_parts import ProtocolParts, load_protocol_parts
+from recipe.server.request_guard import RequestGuard
+from recipe.server.state import ServerState
+from recipe.server.storage import ResponseStore
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+log = logging.getLogger("recipe.server")
+
+
+def _shape(request: Request) -> str:
+    return shape_for_path(request.url.path, {k.lower(): v for k, v in request.headers.items()})
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    if exc.status >= 500:  # the status line itself is logged by RequestGuard
+        log.error("request %s: %s", request.state.request_id, exc.message)
+    return exc.response(_shape(request), request.state.request_id)  # type: ignore[arg-type]
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    messages = {404: f"Unknown route {request.method} {request.url.path}.",
+                405: f"Method {request.method} is not allowed on {request.url.path}."}
+    err = ApiError(exc.status_code, messages.get(exc.status_code, str(exc.detail)))
+    return err.response(_shape(request), request.state.request_id)  # type: ignore[arg-type]
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    err = ApiError(400, f"Invalid request: {where or 'body'}: {first.get('msg', 'invalid value')}", param=where or None)
+    return err.response(_shape(request), request.state.request_id)  # type: ignore[arg-type]
+
+
+def served_names_for(config: ServerConfig, backend: Backend) -> tuple[str, ...]:
+    return config.served_model_names or (backend.model.name,)
+
+
+def create_app(config: ServerConfig, backend: Backend, *, parts: ProtocolParts | None = None) -> FastAPI:
+    """An app serving `backend` under `config`. The backend is shut down with the app."""
+    names = served_names_for(config, backend)
+    metrics = ServerMetrics(config.metrics_prefix, names[0], backend.stats)
+    admission = Admission(config.max_pending_requests, config.retry_after_s)
+    pipeline = Pipeline(
+        parts or load_protocol_parts(), backend, metrics, admission,
+        served_names=names, request_timeout_s=config.request_timeout_s, retry_after_s=config.retry_after_s,
+    )
+    store = ResponseStore(config.responses_db)
+    state = ServerState(config, backend, pipeline, metrics, store, names)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        state.draining = True
+        await backend.shutdown()
+        store.close()
+
+    app = FastAPI(
+        title="Recipe",
+        summary="OpenAI Chat Completions, Anthropic Messages and OpenAI Responses for one served model.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.recipe = state
+    for module in (routes_chat, routes_messages, routes_responses, routes_misc):
+        app.include_router(module.router)
+    try:  # the playground page is an optional part
+        playground = importlib.import_module("recipe.server.playground")
+    except ImportError:
+        pass
+    else:
+        app.include_router(playground.router)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_middleware(RequestGuard, keys=KeyChecker(config.api_keys), max_body_bytes=config.max_body_bytes)
+    return app

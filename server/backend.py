@@ -1,0 +1,176 @@
+"""What the server needs from a token generator, and the instant echo backend used to measure the server.
+
+The server talks only to `Backend`: the embedded engine is adapted to it in `engine_backend.py`; `EchoBackend`
+answers instantly without a model, so that a benchmark can measure what the HTTP layer itself costs per token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from recipe.tokenizer import Tokenizer, load_deepseek_v4_tokenizer
+
+ChatFormat = Literal["chatml", "deepseek_v4", "deepseek_v41"]
+FinishReason = Literal["stop", "length", "content_filter", "abort"]
+
+
+class BackendQueueFull(Exception):
+    """The backend cannot take another request now; the client should retry later."""
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """The served model as the server sees it: names, prompt format, limits and tokenizer."""
+
+    name: str
+    architecture: str
+    context_length: int
+    chat_format: ChatFormat
+    eos_token_ids: tuple[int, ...]
+    tokenizer: Tokenizer
+    created: int = 0
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Sampling for one request; mirrors `recipe.engine.SamplingParams` without importing torch."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    logprobs: int | None = None
+    n: int = 1
+    stop_token_ids: tuple[int, ...] = ()
+    constraint: Any = None
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """Log-probability of one chosen token and its top alternatives `(token_id, logprob)`."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class GenerationDelta:
+    """New tokens of one sequence (`index` < n) since the previous delta; `finished` on the last one."""
+
+    index: int
+    token_ids: tuple[int, ...]
+    prompt_tokens: int
+    cached_tokens: int = 0
+    logprobs: tuple[TokenLogprobs, ...] | None = None
+    finished: bool = False
+    finish_reason: FinishReason | None = None
+    queue_time_s: float | None = None
+
+
+@dataclass(frozen=True)
+class BackendStats:
+    """Live load figures read by `/metrics` at scrape time; counters are cumulative."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+
+
+class Backend(Protocol):
+    model: ModelCard
+
+    def generate(
+        self, request_id: str, prompt_ids: Sequence[int], params: GenerationParams
+    ) -> AsyncIterator[GenerationDelta]: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    def stats(self) -> BackendStats: ...
+
+    async def shutdown(self) -> None: ...
+
+
+@dataclass
+class EchoBackend:
+    """Answers instantly: each sequence repeats the prompt's plain (non-special) tokens, `chunk` ids per delta,
+    until `max_tokens` ids have been produced (finish "length"). No model, no sampling, no constraint.
+
+    Serves the DeepSeek V4 prompt format by default so the whole request path (conversion, rendering,
+    encoding, stream processing, SSE) runs exactly as with a real model.
+    """
+
+    model: ModelCard = field(default_factory=lambda: echo_model_card())
+    chunk: int = 1
+    token_delay_s: float = 0.0
+    _running: set[str] = field(default_factory=set)
+    _aborted: set[str] = field(default_factory=set)
+    _served: int = 0
+
+    async def generate(
+        self, request_id: str, prompt_ids: Sequence[int], params: GenerationParams
+    ) -> AsyncIterator[GenerationDelta]:
+        special = self.model.tokenizer.special_ids
+        source = [t for t in prompt_ids if t not in special] or [0]
+        self._running.add(request_id)
+        self._served += 1
+        try:
+            done = [0] * params.n
+            while min(done) < params.max_tokens:
+                for index in range(params.n):
+                    if request_id in self._aborted:
+                        return
+                    take = min(self.chunk, params.max_tokens - done[index])
+                    ids = tuple(source[(done[index] + k) % len(source)] for k in range(take))
+                    done[index] += take
+                    last = done[index] >= params.max_tokens
+                    lps = None
+                    if params.logprobs is not None:
+                        lps = tuple(
+                            TokenLogprobs(0.0, tuple((t, 0.0) for t in (i,) * params.logprobs)) for i in ids
+                        )
+                    yield GenerationDelta(
+                        index=index,
+                        token_ids=ids,
+                        prompt_tokens=len(prompt_ids),
+                        logprobs=lps,
+                        finished=last,
+                        finish_reason="length" if last else None,
+                        queue_time_s=0.0,
+                    )
+                # Yield to the event loop between steps like a real engine does between decode steps.
+                await asyncio.sleep(self.token_delay_s)
+        finally:
+            self._running.discard(request_id)
+            self._aborted.discard(request_id)
+
+    async def abort(self, request_id: str) -> None:
+        if request_id in self._running:
+            self._aborted.add(request_id)
+
+    def stats(self) -> BackendStats:
+        return BackendStats(running=len(self._running))
+
+    async def shutdown(self) -> None:
+        for rid in list(self._running):
+            await self.abort(rid)
+
+
+def echo_model_card(name: str = "echo") -> ModelCard:
+    tok = load_deepseek_v4_tokenizer()
+    eos = tok.added_ids.get("<｜end▁of▁sentence｜>")
+    return ModelCard(
+        name=name,
+        architecture="echo",
+        context_length=131072,
+        chat_format="deepseek_v4",
+        eos_token_ids=(eos,) if eos is not None else (),
+        tokenizer=tok,
+    )

@@ -1,0 +1,124 @@
+"""`recipe serve`: the three APIs over the embedded engine (or the echo backend) with uvicorn.
+
+With no arguments it serves the embedded demo model (SmolLM2-135M-Instruct, ChatML codec) on
+http://127.0.0.1:8000. SIGINT/SIGTERM stop accepting, let in-flight requests finish (up to
+`--drain-timeout`), then shut the engine down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+from recipe.server.backend import Backend, EchoBackend, echo_model_card
+from recipe.server.config import ServerConfig, default_responses_db
+
+EPILOG = """\
+authentication:
+  Keys come from --api-key (repeatable) and the RECIPE_API_KEYS environment variable (comma-separated).
+  Clients send 'Authorization: Bearer KEY' or 'x-api-key: KEY'. With no key the server only listens on a
+  loopback address; to serve an open endpoint on another address pass --allow-unauthenticated as well.
+
+metrics:
+  GET /metrics (Prometheus text, no key needed) with vLLM's series names under --metrics-prefix
+  (default 'recipe'; '--metrics-prefix vllm' gives names existing vLLM dashboards scrape unchanged).
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "serve", help="serve OpenAI Chat/Responses and Anthropic Messages APIs over the embedded engine",
+        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", default=None, metavar="NAME|PATH",
+                   help="model to serve (default: the embedded SmolLM2-135M-Instruct demo model)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    p.add_argument("--api-key", action="append", default=[], metavar="KEY", help="accept this key (repeatable)")
+    p.add_argument("--allow-unauthenticated", action="store_true",
+                   help="allow serving without any key on a non-loopback --host")
+    p.add_argument("--served-model-name", action="append", default=[], metavar="NAME",
+                   help="name(s) clients use for the model (default: the model's own name)")
+    p.add_argument("--responses-db", default=str(default_responses_db()), metavar="PATH",
+                   help="SQLite file for stored Responses (default %(default)s; ':memory:' keeps nothing)")
+    p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, help="largest request body (413 above)")
+    p.add_argument("--max-pending", type=int, default=256, help="requests in the server at once (429 above)")
+    p.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS", help="per-request limit")
+    p.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="how long shutdown waits for in-flight requests")
+    p.add_argument("--metrics-prefix", default="recipe", help="Prometheus series prefix (default recipe)")
+    p.add_argument("--backend", choices=("engine", "echo"), default="engine",
+                   help="'echo' answers instantly without a model (for measuring the server itself)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    keys = [*args.api_key, *(k for k in os.environ.get("RECIPE_API_KEYS", "").split(",") if k.strip())]
+    return ServerConfig(
+        host=args.host, port=args.port, api_keys=tuple(k.strip() for k in keys),
+        allow_unauthenticated=args.allow_unauthenticated, served_model_names=tuple(args.served_model_name),
+        responses_db=args.responses_db, max_body_bytes=args.max_body_bytes, max_pending_requests=args.max_pending,
+        request_timeout_s=args.request_timeout, drain_timeout_s=args.drain_timeout, metrics_prefix=args.metrics_prefix,
+    )
+
+
+def build_backend(args: argparse.Namespace) -> Backend:
+    if args.backend == "echo":
+        return EchoBackend(model=echo_model_card(args.model or "echo"))
+    from recipe.engine import AsyncLLM
+    from recipe.server.engine_backend import EngineBackend
+
+    engine = AsyncLLM(args.model) if args.model else AsyncLLM()
+    return EngineBackend(engine)
+
+
+def banner(config: ServerConfig, backend: Backend, names: tuple[str, ...]) -> str:
+    m = backend.model
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    base = f"http://{host}:{config.port}"
+    return (
+        f"Recipe is serving {', '.join(names)} ({m.architecture}, {m.chat_format} prompt format, "
+        f"context {m.context_length}) at {base}\n"
+        f"  OpenAI Chat Completions  {base}/v1/chat/completions   (OpenAI SDK base_url={base}/v1)\n"
+        f"  OpenAI Responses         {base}/v1/responses   (stored in {config.responses_db})\n"
+        f"  Anthropic Messages       {base}/v1/messages   (Anthropic SDK base_url={base})\n"
+        f"  also /v1/models /tokenize /detokenize /health /metrics /version /docs; "
+        f"auth {'on (' + str(len(config.api_keys)) + ' key(s))' if config.api_keys else 'off (no key)'}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+    from recipe.server.app import create_app, served_names_for
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+        config.check_exposure()
+    except ValueError as exc:
+        print(f"recipe serve: {exc}", file=sys.stderr)
+        return 2
+    backend = build_backend(args)
+    app = create_app(config, backend)
+    message = banner(config, backend, served_names_for(config, backend))
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                print(message, flush=True)
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app.state.recipe.draining = True
+            super().handle_exit(sig, frame)
+
+    server = Server(uvicorn.Config(
+        app, host=config.host, port=config.port, log_level=args.log_level, access_log=False,
+        timeout_graceful_shutdown=int(config.drain_timeout_s), lifespan="on",
+    ))
+    server.run()
+    return 0 if server.started else 1

@@ -1,0 +1,63 @@
+"""Server configuration: one frozen value built by the CLI (or a test) and read by every part of the app."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def default_responses_db() -> Path:
+    """Where stored Responses live unless `--responses-db` says otherwise."""
+    return Path.home() / ".local" / "share" / "recipe" / "responses.sqlite3"
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything the HTTP layer needs to know; the model itself lives in the backend.
+
+    `api_keys` empty means no authentication, which is only allowed on a loopback host unless
+    `allow_unauthenticated` is set. `responses_db` is a SQLite path (":memory:" keeps nothing across restarts).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: tuple[str, ...] = ()
+    allow_unauthenticated: bool = False
+    served_model_names: tuple[str, ...] = ()
+    responses_db: str = ":memory:"
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_pending_requests: int = 256
+    request_timeout_s: float = 600.0
+    retry_after_s: int = 1
+    metrics_prefix: str = "recipe"
+    drain_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes <= 0:
+            raise ValueError("max_body_bytes must be positive")
+        if self.max_pending_requests <= 0:
+            raise ValueError("max_pending_requests must be positive")
+        if self.request_timeout_s <= 0:
+            raise ValueError("request_timeout_s must be positive")
+        if any(not k for k in self.api_keys):
+            raise ValueError("an API key must not be empty")
+
+    def check_exposure(self) -> None:
+        """Refuse to serve without keys on a non-loopback address unless explicitly allowed."""
+        if not self.api_keys and not self.allow_unauthenticated and not is_loopback(self.host):
+            raise ValueError(
+                f"refusing to listen on {self.host} without an API key: pass --api-key KEY, "
+                "or --allow-unauthenticated to serve an open endpoint on purpose"
+            )

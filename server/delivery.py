@@ -1,0 +1,94 @@
+"""How a prepared generation reaches the client: an SSE stream of the processors' events, or one JSON body.
+
+Streams are started before the response headers go out: the first events (or the first failure, such as an
+engine queue that is full) are awaited first, so a request that cannot run still gets a proper status code.
+After the headers, failures close the stream with the API's own mid-stream error events.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+from recipe.server.errors import ApiError
+from recipe.server.pipeline import Generation, GenerationTimeout, Pipeline
+from recipe.server.sse import SSEResponse, until_disconnect
+from starlette.requests import Request
+from starlette.responses import Response
+
+log = logging.getLogger("recipe.server")
+
+TIMEOUT_MESSAGE = "The request timed out before generation finished."
+FAILED_MESSAGE = "The server had an error while generating; see the server log for this request id."
+
+# Called with the generation once every choice has finished normally (Responses storage uses it).
+OnComplete = Callable[[Generation], Awaitable[None]]
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+def _frame(event: Any) -> bytes:
+    return bytes(event.sse())
+
+
+async def stream_response(
+    request: Request, pipeline: Pipeline, gen: Generation, on_complete: OnComplete | None = None
+) -> Response:
+    """Start the generation, wait for its first events, then stream the rest as SSE."""
+    batches = pipeline.run(gen)
+    request_id = request.state.request_id
+    try:
+        first = await until_disconnect(request.receive, anext(batches, None))
+    except GenerationTimeout:
+        await batches.aclose()
+        raise ApiError(504, TIMEOUT_MESSAGE) from None
+    except BaseException:
+        await batches.aclose()
+        gen.release()
+        raise
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            if first is not None:
+                for _, event in first:
+                    yield _frame(event)
+                async for batch in batches:
+                    for _, event in batch:
+                        yield _frame(event)
+            if on_complete is not None:
+                await on_complete(gen)
+        except GenerationTimeout:
+            for event in gen.processors[0].error_events(TIMEOUT_MESSAGE):
+                yield _frame(event)
+        except ApiError as exc:
+            for event in gen.processors[0].error_events(exc.message):
+                yield _frame(event)
+        except Exception:
+            log.exception("request %s failed mid-stream", request_id)
+            for event in gen.processors[0].error_events(FAILED_MESSAGE):
+                yield _frame(event)
+        finally:
+            await batches.aclose()
+            gen.release()
+
+    return SSEResponse(frames())
+
+
+async def collect(request: Request, pipeline: Pipeline, gen: Generation) -> list[dict[str, Any]]:
+    """Run to the end (aborting if the client leaves) and return each choice's complete response."""
+
+    async def run_all() -> None:
+        async for _ in pipeline.run(gen):
+            pass
+
+    try:
+        await until_disconnect(request.receive, run_all())
+    except GenerationTimeout:
+        raise ApiError(504, TIMEOUT_MESSAGE) from None
+    finally:
+        gen.release()
+    return [p.response() for p in gen.processors]

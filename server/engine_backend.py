@@ -1,0 +1,103 @@
+"""The embedded engine (`recipe.engine.AsyncLLM`) behind the server's `Backend` face."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from recipe.server.backend import (
+    BackendQueueFull,
+    BackendStats,
+    GenerationDelta,
+    GenerationParams,
+    ModelCard,
+    TokenLogprobs,
+)
+
+from recipe.tokenizer import Tokenizer
+
+
+def _get(obj: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        if isinstance(obj, dict) and name in obj:
+            return obj[name]
+        if hasattr(obj, name):
+            return getattr(obj, name)
+    return default
+
+
+def model_card(engine: Any, name: str | None = None) -> ModelCard:
+    """The served model as described by `engine.model_info`."""
+    info = engine.model_info
+    tok = _get(info, "tokenizer")
+    if not isinstance(tok, Tokenizer):
+        tok = Tokenizer(_get(info, "tokenizer_json"), name=str(_get(info, "name", default="")))
+    fmt = str(_get(info, "chat_format", default="chatml"))
+    return ModelCard(
+        name=name or str(_get(info, "name", default="model")),
+        architecture=str(_get(info, "architecture", default="")),
+        context_length=int(_get(info, "context_length", "max_model_len")),
+        chat_format=fmt,  # type: ignore[arg-type]
+        eos_token_ids=tuple(int(i) for i in _get(info, "eos_token_ids", "eos_ids", default=())),
+        tokenizer=tok,
+    )
+
+
+class EngineBackend:
+    """Adapts `AsyncLLM`: `GenerationParams` → `SamplingParams`, `RequestOutput` → `GenerationDelta`."""
+
+    def __init__(self, engine: Any, name: str | None = None) -> None:
+        from recipe import engine as engine_pkg
+
+        self.engine = engine
+        self._sampling_params = engine_pkg.SamplingParams
+        self._queue_full: type[BaseException] = getattr(engine_pkg, "QueueFullError", BackendQueueFull)
+        self.model = model_card(engine, name)
+
+    def sampling_params(self, p: GenerationParams) -> Any:
+        return self._sampling_params(
+            temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
+            presence_penalty=p.presence_penalty, frequency_penalty=p.frequency_penalty,
+            max_tokens=p.max_tokens, stop_token_ids=tuple(p.stop_token_ids), seed=p.seed,
+            logprobs=p.logprobs, n=p.n, constraint=p.constraint,
+        )
+
+    async def generate(
+        self, request_id: str, prompt_ids: Sequence[int], params: GenerationParams
+    ) -> AsyncIterator[GenerationDelta]:
+        try:
+            async for out in self.engine.generate(request_id, list(prompt_ids), self.sampling_params(params)):
+                lps = out.new_logprobs
+                yield GenerationDelta(
+                    index=int(getattr(out, "index", 0) or 0),
+                    token_ids=tuple(out.new_token_ids),
+                    prompt_tokens=int(out.prompt_tokens),
+                    cached_tokens=int(getattr(out, "cached_tokens", 0) or 0),
+                    logprobs=None if lps is None else tuple(
+                        TokenLogprobs(float(_get(lp, "logprob")), tuple((int(t), float(v)) for t, v in _get(lp, "top", default=())))
+                        for lp in lps
+                    ),
+                    finished=bool(out.finished),
+                    finish_reason=out.finish_reason,
+                    queue_time_s=getattr(out, "queue_time", None),
+                )
+        except self._queue_full as exc:
+            raise BackendQueueFull(str(exc)) from None
+
+    async def abort(self, request_id: str) -> None:
+        await self.engine.abort(request_id)
+
+    def stats(self) -> BackendStats:
+        s = self.engine.stats()
+        return BackendStats(
+            running=int(_get(s, "running", "num_running", default=0)),
+            waiting=int(_get(s, "waiting", "num_waiting", default=0)),
+            kv_usage=float(_get(s, "kv_usage", "kv_cache_usage", default=0.0)),
+            prefix_cache_queries=int(_get(s, "prefix_cache_queries", default=0)),
+            prefix_cache_hits=int(_get(s, "prefix_cache_hits", default=0)),
+        )
+
+    async def shutdown(self) -> None:
+        result = self.engine.shutdown()
+        if hasattr(result, "__await__"):
+            await result

@@ -1,0 +1,271 @@
+"""One generation request end to end: body → conversion → prompt ids → backend → protocol events.
+
+`Pipeline.prepare` does everything that can fail with a 4xx before any byte is sent (conversion,
+rendering, encoding, the context check, compiling the output constraint). `Pipeline.run` drives the
+backend and feeds one stream processor per choice, yielding the protocol events as they form; leaving the
+iterator early (client gone, timeout, error) aborts the backend request so its KV is freed at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from recipe.server.backend import Backend, BackendQueueFull, GenerationDelta, GenerationParams
+from recipe.server.errors import Api, ApiError
+from recipe.server.limits import Admission, queue_full
+from recipe.server.metrics import RequestTimer, ServerMetrics
+from recipe.server.protocol_parts import ProtocolParts
+
+log = logging.getLogger("recipe.server")
+
+_ID_PREFIX: dict[str, str] = {"chat": "chatcmpl-", "messages": "msg_", "responses": "resp_"}
+
+
+class GenerationTimeout(Exception):
+    """The request ran past the server's per-request timeout."""
+
+
+def new_response_id(api: Api) -> str:
+    return _ID_PREFIX[api] + uuid.uuid4().hex
+
+
+@dataclass
+class Generation:
+    """A prepared request: what to generate and the processors (one per choice) that turn it into events."""
+
+    api: Api
+    request: Any  # recipe.conversation.ConversationRequest
+    prompt_ids: list[int]
+    params: GenerationParams
+    response_id: str
+    engine_request_id: str
+    processors: list[Any]
+    finish_reasons: list[str | None] = field(default_factory=list)
+    admission: Admission | None = None
+
+    def release(self) -> None:
+        """Give back the admission slot taken in `prepare`; safe to call more than once."""
+        if self.admission is not None:
+            self.admission.leave()
+            self.admission = None
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.request.stream)
+
+
+class Pipeline:
+    """Wires the protocol parts to a backend for one served model."""
+
+    def __init__(
+        self,
+        parts: ProtocolParts,
+        backend: Backend,
+        metrics: ServerMetrics,
+        admission: Admission,
+        *,
+        served_names: tuple[str, ...],
+        request_timeout_s: float,
+        retry_after_s: int = 1,
+    ) -> None:
+        self.parts = parts
+        self.backend = backend
+        self.metrics = metrics
+        self.admission = admission
+        self.served_names = served_names
+        self.request_timeout_s = request_timeout_s
+        self.retry_after_s = retry_after_s
+        self._constraints: OrderedDict[Any, Any] = OrderedDict()
+        self.options = self._conversion_options() if not parts.missing.get("codec") else None
+
+    # -- preparation -------------------------------------------------------------------------------------
+
+    def _conversion_options(self) -> Any:
+        codec = self.parts.codec
+        conv = self.parts.modules.get("codec")
+        assert conv is not None
+        from recipe.conversation import ModelVersion
+
+        card = self.backend.model
+        version = ModelVersion.V4 if card.chat_format == "deepseek_v4" else ModelVersion.V41
+        names = {name: version for name in self.served_names}
+        kwargs: dict[str, Any] = {"model_versions_by_name": names}
+        fields = getattr(codec.ConversionOptions, "__dataclass_fields__", {})
+        if card.chat_format == "chatml" and "default_thinking_mode" in fields:
+            kwargs["default_thinking_mode"] = False  # the demo model has no reasoning markup
+        return codec.ConversionOptions(**kwargs)
+
+    def convert(self, api: Api, body: bytes | dict[str, Any]) -> Any:
+        self.parts.require("codec", "errors")
+        try:
+            return self.parts.codec.convert(api, body, self.options)
+        except self.parts.errors.RequestError as exc:
+            raise ApiError(exc.status, exc.message, body=exc.body(api)) from None
+
+    def encode(self, request: Any) -> list[int]:
+        """Prompt token ids of a converted request, rendered by the served model's codec."""
+        fmt = self.backend.model.chat_format
+        self.parts.require("encoding", fmt)
+        rendered = getattr(self.parts, fmt).render(request.conversation)
+        try:
+            return list(self.parts.encoding.encode_rendered(rendered, self.backend.model.tokenizer))
+        except Exception as exc:  # a special token the tokenizer lacks, or an image it cannot take
+            if type(exc).__name__ == "MissingSpecialTokenError":
+                raise ApiError(400, str(exc)) from None
+            raise
+
+    async def compile_constraint(self, request: Any) -> Any:
+        oc = request.inference_options.output_constraint
+        if oc is None:
+            return None
+        self.parts.require("constraints")
+        cached = self._constraints.get(oc)
+        if cached is not None:
+            self._constraints.move_to_end(oc)
+            return cached
+        constraints = self.parts.constraints
+        try:
+            compiled = await asyncio.to_thread(constraints.from_output_constraint, oc, self.backend.model.tokenizer)
+        except constraints.ConstraintError as exc:
+            raise ApiError(400, f"Cannot enforce the requested output format: {exc}") from None
+        self._constraints[oc] = compiled
+        while len(self._constraints) > 64:
+            self._constraints.popitem(last=False)
+        return compiled
+
+    def resolve_max_tokens(self, request: Any, prompt_tokens: int) -> int:
+        try:
+            return int(self.parts.codec.resolve_max_tokens(request, prompt_tokens, self.backend.model.context_length))
+        except self.parts.errors.RequestError as exc:
+            raise ApiError(exc.status, exc.message, code="context_length_exceeded") from None
+
+    async def prepare(self, api: Api, request: Any) -> Generation:
+        self.parts.require("stream", "updates")
+        prompt_ids = self.encode(request)
+        max_tokens = self.resolve_max_tokens(request, len(prompt_ids))
+        constraint = await self.compile_constraint(request)
+        io = request.inference_options
+        n = int(getattr(io, "n", 1) or 1)
+        params = GenerationParams(
+            max_tokens=max_tokens,
+            temperature=1.0 if io.temperature is None else float(io.temperature),
+            top_p=1.0 if io.top_p is None else float(io.top_p),
+            top_k=-1 if not getattr(io, "top_k", None) else int(io.top_k),
+            presence_penalty=float(getattr(io, "presence_penalty", None) or 0.0),
+            frequency_penalty=float(getattr(io, "frequency_penalty", None) or 0.0),
+            seed=io.seed,
+            logprobs=(int(io.top_logprobs or 0) if io.logprobs else None),
+            n=n,
+            stop_token_ids=self.backend.model.eos_token_ids,
+            constraint=constraint,
+        )
+        response_id = new_response_id(api)
+        created = int(time.time())
+        card = self.backend.model
+        processors = [
+            self.parts.stream.StreamProcessor(
+                api,
+                request,
+                response_id=response_id,
+                model=request.model or card.name,
+                tokenizer=card.tokenizer,
+                output_format=card.chat_format,
+                created=created,
+            )
+            for _ in range(n)
+        ]
+        self.admission.enter()  # 429 when full; released when the run ends or the response closes
+        return Generation(
+            api, request, prompt_ids, params, response_id, response_id, processors, [None] * n, self.admission
+        )
+
+    # -- running -----------------------------------------------------------------------------------------
+
+    async def run(self, gen: Generation) -> AsyncIterator[list[tuple[int, Any]]]:
+        """Yields lists of `(choice_index, event)`; ends when every choice has finished."""
+        updates = self.parts.updates
+        n = len(gen.processors)
+        readied = [False] * n
+        done = [False] * n  # the processor has its final events
+        engine_done = [False] * n  # the backend sent the sequence's last delta
+        eos = frozenset(self.backend.model.eos_token_ids)
+        timer = RequestTimer(self.metrics)
+        prompt_tokens = len(gen.prompt_ids)
+        # The deadline aborts the backend request from a timer: the iterator below may be resumed from
+        # different tasks (first events, then the SSE writer), so no task-bound timeout is used.
+        timed_out = False
+        aborting: list[asyncio.Future[None]] = []
+
+        def expire() -> None:
+            nonlocal timed_out
+            timed_out = True
+            aborting.append(asyncio.ensure_future(self.backend.abort(gen.engine_request_id)))
+
+        deadline = asyncio.get_running_loop().call_later(self.request_timeout_s, expire)
+        stream = self.backend.generate(gen.engine_request_id, gen.prompt_ids, gen.params)
+        try:
+            async for delta in stream:
+                i = delta.index
+                engine_done[i] = engine_done[i] or delta.finished
+                if done[i]:
+                    continue
+                proc = gen.processors[i]
+                out: list[Any] = []
+                if not readied[i]:
+                    readied[i] = True
+                    prompt_tokens = delta.prompt_tokens
+                    out += proc.feed(updates.Ready(delta.prompt_tokens, delta.cached_tokens))
+                timer.tokens_arrived(len(delta.token_ids), delta.queue_time_s)
+                out += self._feed_tokens(proc, delta, eos)
+                if getattr(proc, "finished", False):
+                    done[i] = True
+                    gen.finish_reasons[i] = "stop"
+                elif delta.finished:
+                    done[i] = True
+                    reason = delta.finish_reason or "stop"
+                    gen.finish_reasons[i] = reason
+                    if reason != "abort":
+                        out += proc.feed(updates.Finish(reason))
+                if out:
+                    yield [(i, e) for e in out]
+                if all(done) or timed_out:
+                    break
+            if timed_out:
+                raise GenerationTimeout()
+            if not all(done):
+                raise RuntimeError("the backend ended a request without finishing every sequence")
+        except BackendQueueFull:
+            raise queue_full(self.retry_after_s) from None
+        finally:
+            deadline.cancel()
+            gen.release()
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await asyncio.shield(aclose())
+            if not all(engine_done):
+                await asyncio.shield(self.backend.abort(gen.engine_request_id))
+            for reason in gen.finish_reasons:
+                timer.finished(reason or "abort", prompt_tokens)
+
+    def _feed_tokens(self, proc: Any, delta: GenerationDelta, eos: frozenset[int]) -> list[Any]:
+        ids = list(delta.token_ids)
+        lps = delta.logprobs
+        # An end-of-sequence id ends the output; it is never shown as text.
+        if delta.finished and ids and ids[-1] in eos:
+            ids.pop()
+            if lps is not None:
+                lps = lps[: len(ids)]
+        if not ids:
+            return []
+        updates = self.parts.updates
+        logprobs = None
+        if lps is not None:
+            logprobs = [updates.TokenLogprob(lp.logprob, list(lp.top)) for lp in lps]
+        return list(proc.feed(updates.TokenUpdate(ids, logprobs)))

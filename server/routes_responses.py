@@ -1,0 +1,119 @@
+"""`/v1/responses`: the OpenAI Responses API, with `store` and `previous_response_id` kept in SQLite.
+
+A stored row holds the response and the full input it answered (earlier turns already expanded), so a
+continuation's input is that input, then the stored output items, then the new input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter
+from recipe.server.delivery import collect, json_response, stream_response
+from recipe.server.errors import ApiError
+from recipe.server.limits import read_body
+from recipe.server.pipeline import Generation
+from recipe.server.state import ServerState, state_of
+from starlette.requests import Request
+from starlette.responses import Response
+
+router = APIRouter(tags=["OpenAI Responses"])
+
+# Output item fields that describe the item's delivery, not the conversation; they are dropped when the item
+# is replayed as input.
+_OUTPUT_ONLY = ("status", "phase")
+
+
+def input_items(value: Any) -> list[Any]:
+    """A Responses `input` as an item list (a bare string is one user message)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    if isinstance(value, list):
+        return list(value)
+    raise ApiError(400, "Invalid 'input': expected a string or an array of input items.", param="input")
+
+
+def output_as_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in item.items() if k not in _OUTPUT_ONLY} for item in output]
+
+
+def _not_found(response_id: str, param: str | None = None) -> ApiError:
+    return ApiError(404, f"Response with id '{response_id}' not found.", param=param, code="not_found")
+
+
+async def _expand(state: ServerState, body: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+    """The body with earlier turns prepended to its input, and that full input (what gets stored)."""
+    items = input_items(body.get("input"))
+    previous = body.get("previous_response_id")
+    if previous is None:
+        return body, items
+    if not isinstance(previous, str):
+        raise ApiError(400, "Invalid 'previous_response_id': expected a string.", param="previous_response_id")
+    stored = await state.store.aget(previous)
+    if stored is None:
+        raise ApiError(404, f"Previous response with id '{previous}' not found.",
+                       param="previous_response_id", code="previous_response_not_found")
+    full = [*stored.input_items, *output_as_input(stored.response.get("output") or []), *items]
+    return {**body, "input": full}, full
+
+
+@router.post("/v1/responses")
+async def create_response(request: Request) -> Response:
+    state = state_of(request)
+    raw = await read_body(request, state.config.max_body_bytes)
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = None
+    if not isinstance(body, dict):  # let conversion word the parse error exactly as the reference does
+        state.pipeline.convert("responses", raw)
+        raise ApiError(400, "The request body must be a JSON object.")
+    body, full_input = await _expand(state, body)
+    previous = body.get("previous_response_id")
+    store = body.get("store", True) is not False
+    converted = state.pipeline.convert("responses", body)
+    gen = await state.pipeline.prepare("responses", converted)
+
+    def finished_response(g: Generation) -> dict[str, Any]:
+        resp = dict(g.processors[0].response())
+        resp["store"] = store
+        resp["previous_response_id"] = previous
+        return resp
+
+    async def save(g: Generation) -> None:
+        if store:
+            await state.store.aput(finished_response(g), full_input)
+
+    if gen.stream:
+        return await stream_response(request, state.pipeline, gen, on_complete=save)
+    await collect(request, state.pipeline, gen)
+    await save(gen)
+    return json_response(finished_response(gen))
+
+
+@router.get("/v1/responses/{response_id}")
+async def retrieve_response(request: Request, response_id: str) -> Response:
+    stored = await state_of(request).store.aget(response_id)
+    if stored is None:
+        raise _not_found(response_id)
+    return json_response(stored.response)
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(request: Request, response_id: str) -> Response:
+    if not await state_of(request).store.adelete(response_id):
+        raise _not_found(response_id)
+    return json_response({"id": response_id, "object": "response", "deleted": True})
+
+
+@router.get("/v1/responses/{response_id}/input_items")
+async def list_input_items(request: Request, response_id: str) -> Response:
+    stored = await state_of(request).store.aget(response_id)
+    if stored is None:
+        raise _not_found(response_id)
+    data = stored.input_items
+    return json_response({"object": "list", "data": data, "has_more": False,
+                          "first_id": None, "last_id": None})
