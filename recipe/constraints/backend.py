@@ -1,0 +1,181 @@
+"""The one interface over the grammar backends, and the matcher every caller uses.
+
+A backend compiles (kind, source, vocabulary) into a `GrammarHandle`; a handle makes `BackendMatcher`s.
+`CompiledConstraint` / `Matcher` wrap them with the behaviour that must not differ between backends:
+
+* **EOS.** Backends never see the stop ids. `Matcher.fill_bitmask` sets the bits of
+  `CompiledConstraint.eos_token_ids` exactly when `can_terminate()` is true (and clears them otherwise);
+  `accept(eos)` succeeds exactly then and makes `is_terminated()` true. After termination the mask
+  holds only the EOS ids. The engine therefore needs no EOS special case: sample from the mask.
+* **Rejection.** `accept(t)` of a disallowed id returns False and leaves the state unchanged.
+* **Rollback.** `rollback(n)` undoes the last n accepted ids (EOS included), for speculative decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from recipe.constraints import bitmask
+from recipe.constraints.kinds import ConstraintError
+from recipe.constraints.vocabulary import Vocabulary
+
+if TYPE_CHECKING:
+    from recipe.constraints.report import SchemaReport
+
+
+class BackendMatcher(Protocol):
+    def fill(self, out: np.ndarray) -> None:
+        """Write the allowed-token bits (EOS bits are fixed up by the caller) into `out` (int32 words)."""
+
+    def accept(self, token_id: int) -> bool:
+        """Advance by a non-EOS id; False (state unchanged) when not allowed."""
+
+    def rollback(self, n: int) -> None: ...
+
+    def accepting(self) -> bool:
+        """The text so far is a complete match."""
+
+
+class GrammarHandle(Protocol):
+    size_bytes: int
+
+    def new_matcher(self) -> BackendMatcher: ...
+
+
+class Backend(Protocol):
+    name: str
+    kinds: frozenset[str]
+
+    def compile(self, kind: str, source: Any, vocab: Vocabulary, *, lenient: bool) -> GrammarHandle:
+        """Compile; raise `ConstraintError` with the backend's message when it refuses."""
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledConstraint:
+    """A constraint compiled for one vocabulary; immutable and shareable across requests and threads."""
+
+    kind: str
+    backend: str
+    handle: GrammarHandle
+    vocabulary: Vocabulary
+    spec: Any = None
+    report: SchemaReport | None = None
+    schema: Any = None  # the JSON Schema outputs are validated against (json_schema kind)
+    compile_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocabulary.vocab_size
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return self.vocabulary.eos_token_ids
+
+    @property
+    def size_bytes(self) -> int:
+        return int(self.handle.size_bytes)
+
+    def matcher(self) -> Matcher:
+        return Matcher(self)
+
+    def allocate_bitmask(self, batch: int | None = None) -> np.ndarray:
+        return bitmask.allocate(self.vocab_size, batch)
+
+    def validate(self, text: str) -> list[str]:
+        """Post-generation check of an output against the schema (json_schema/json_object kinds).
+
+        Returns the error messages (empty = valid). Other kinds return [].
+        """
+        from recipe.constraints.report import validate_output
+
+        if self.kind == "json_object":
+            return validate_output({"type": "object"}, text)
+        if self.kind != "json_schema":
+            return []
+        return validate_output(self.schema, text)
+
+
+class Matcher:
+    """Per-request state over a `CompiledConstraint` (see the module docstring for the EOS contract)."""
+
+    __slots__ = ("_compiled", "_eos", "_history", "_m", "_terminated", "_words")
+
+    def __init__(self, compiled: CompiledConstraint) -> None:
+        self._compiled = compiled
+        self._m = compiled.handle.new_matcher()
+        self._eos = compiled.eos_token_ids
+        self._history: list[int] = []
+        self._terminated = False
+        self._words = bitmask.words_for(compiled.vocab_size)
+
+    def fill_bitmask(self, out: np.ndarray) -> None:
+        """Fill `out` (int32, at least ceil(V/32) words; extra words are zeroed) with the allowed ids."""
+        if out.dtype != np.int32 or out.ndim != 1 or out.shape[0] < self._words:
+            raise ConstraintError(f"bitmask must be a 1-D int32 array of at least {self._words} words")
+        view = out[: self._words]
+        if out.shape[0] > self._words:
+            out[self._words :] = 0
+        if self._terminated:
+            view[:] = 0
+            bitmask.set_allowed(view, self._eos)
+            return
+        self._m.fill(view)
+        bitmask.set_allowed(view, self._eos, self._m.accepting())
+
+    def accept(self, token_id: int) -> bool:
+        token_id = int(token_id)
+        if self._terminated:
+            return False
+        if token_id in self._eos:
+            if not self._m.accepting():
+                return False
+            self._terminated = True
+            self._history.append(token_id)
+            return True
+        if not 0 <= token_id < self._compiled.vocab_size:
+            return False
+        if not self._m.accept(token_id):
+            return False
+        self._history.append(token_id)
+        return True
+
+    def accept_many(self, token_ids: list[int]) -> int:
+        """Accept ids in order until one is refused; returns how many were accepted."""
+        for n, t in enumerate(token_ids):
+            if not self.accept(t):
+                return n
+        return len(token_ids)
+
+    def rollback(self, n: int) -> None:
+        if n < 0 or n > len(self._history):
+            raise ConstraintError(f"cannot roll back {n} tokens; {len(self._history)} accepted")
+        if n == 0:
+            return
+        drop = n
+        if self._terminated:
+            self._terminated = False
+            drop -= 1
+        if drop:
+            self._m.rollback(drop)
+        del self._history[len(self._history) - n :]
+
+    def can_terminate(self) -> bool:
+        return self._terminated or self._m.accepting()
+
+    def is_terminated(self) -> bool:
+        return self._terminated
+
+    @property
+    def accepted_ids(self) -> tuple[int, ...]:
+        return tuple(self._history)
+
+    @property
+    def text(self) -> str:
+        """The accepted prefix as text (EOS excluded; an incomplete UTF-8 tail shows as U+FFFD)."""
+        v = self._compiled.vocabulary
+        ids = self._history[:-1] if self._terminated else self._history
+        return b"".join(v.piece(t) for t in ids).decode("utf-8", errors="replace")

@@ -1,0 +1,191 @@
+"""`compile_constraint`: spec checks, normalisation, the keyword report, backend choice, timeout, cache.
+
+Default backend per kind: llguidance for every kind. Measured on the DeepSeek V4 vocabulary
+(bench/constraints.py, tests/constraints/suite_figures.json) it compiles in about a millisecond, is the only
+backend that refuses what it cannot enforce (so `strict=True` can be honoured), and after Recipe's
+normalisation scores best on the JSON-Schema-Test-Suite. xgrammar has the faster per-token mask and is
+available as `backend="xgrammar"` (optional extra); outlines-core as `backend="outlines"`.
+
+`strict=True`: the mask must enforce the whole schema; anything else raises `ConstraintError` naming the
+keywords. `strict=False`: the mask enforces what it can (unsupported keywords ignored by the backend) and
+`CompiledConstraint.validate(text)` checks the output afterwards; `report` says which is which.
+Non-default backends give no exactness guarantee, so they require `strict=False`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from recipe.constraints.backend import Backend, CompiledConstraint
+from recipe.constraints.kinds import ConstraintError, check_backend, check_kind
+from recipe.constraints.limits import (
+    DEFAULT_LIMITS,
+    ByteBoundedCache,
+    Limits,
+    check_depth,
+    check_size,
+    run_with_timeout,
+)
+from recipe.constraints.normalize import normalize
+from recipe.constraints.report import SchemaReport, build_report
+from recipe.constraints.vocabulary import Vocabulary, vocabulary_of
+from recipe.tokenizer import Tokenizer
+
+DEFAULT_BACKEND: dict[str, str] = {
+    "json_schema": "llguidance",
+    "json_object": "llguidance",
+    "regex": "llguidance",
+    "tool_call": "llguidance",
+    "grammar": "llguidance",
+}
+DEFAULT_TIMEOUT_S = DEFAULT_LIMITS.timeout_s
+CACHE = ByteBoundedCache(DEFAULT_LIMITS.cache_bytes)
+
+
+def get_backend(name: str) -> Backend:
+    check_backend(name)
+    if name == "llguidance":
+        from recipe.constraints.llguidance_backend import LLGuidanceBackend
+
+        return LLGuidanceBackend()
+    if name == "xgrammar":
+        from recipe.constraints.xgrammar_backend import XGrammarBackend
+
+        return XGrammarBackend()
+    from recipe.constraints.outlines_backend import OutlinesBackend
+
+    return OutlinesBackend()
+
+
+def parse_schema(spec: Any, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """A JSON Schema from a dict/bool or its JSON text, with size and depth limits applied."""
+    if isinstance(spec, bytes | str):
+        text = spec.decode("utf-8", "replace") if isinstance(spec, bytes) else spec
+        check_size(text, limits)
+        try:
+            spec = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ConstraintError(f"schema is not valid JSON: {exc}") from None
+    else:
+        try:
+            check_size(json.dumps(spec), limits)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ConstraintError(f"schema is not JSON-serialisable: {exc}") from None
+    if not isinstance(spec, dict | bool):
+        raise ConstraintError("a JSON Schema must be an object or a boolean")
+    check_depth(spec, limits)
+    return spec
+
+
+def _strict_probe(schema: Any, vocab: Vocabulary) -> tuple[Any, str | None]:
+    """Compile strictly with llguidance: (handle, None) or (None, its refusal message)."""
+    backend = get_backend("llguidance")
+    try:
+        return backend.compile("json_schema", schema, vocab, lenient=False), None
+    except ConstraintError as exc:
+        return None, exc.message.removeprefix("llguidance: ")
+
+
+def schema_report(schema: Any, tokenizer: Tokenizer, *, eos_token_ids: tuple[int, ...] | None = None) -> SchemaReport:
+    """The keyword report alone (what `recipe validate` prints)."""
+    schema = parse_schema(schema)
+    norm = normalize(schema)
+    _, err = _strict_probe(norm.schema, vocabulary_of(tokenizer, eos_token_ids))
+    return build_report(schema, norm, err)
+
+
+def _compile(kind: str, spec: Any, vocab: Vocabulary, backend_name: str, strict: bool, tokenizer: Tokenizer,
+             options: dict[str, Any]) -> CompiledConstraint:
+    t0 = time.perf_counter()
+    backend = get_backend(backend_name)
+    if kind not in backend.kinds:
+        raise ConstraintError(f"backend {backend_name} does not support constraint kind {kind!r}")
+    if kind == "json_schema":
+        norm = normalize(spec)
+        if norm.schema is False:
+            raise ConstraintError("schema admits no value, so nothing can be generated")
+        handle, err = _strict_probe(norm.schema, vocab) if backend_name == "llguidance" or strict else (None, None)
+        report = build_report(spec, norm, err) if (backend_name == "llguidance" or strict) else None
+        if strict and report is not None and not report.enforced_exactly:
+            raise ConstraintError(report.refusal())
+        if handle is None or backend_name != "llguidance":
+            handle = backend.compile(kind, norm.schema, vocab, lenient=not strict)
+        return CompiledConstraint(kind, backend_name, handle, vocab, spec, report, spec,
+                                  time.perf_counter() - t0)
+    if kind == "tool_call":
+        from recipe.constraints.tool_call import tool_call_lark
+
+        tools = spec.get("tools") if isinstance(spec, dict) else spec
+        lark = tool_call_lark(
+            tools, tokenizer, fmt=options.get("format") or (spec.get("format") if isinstance(spec, dict) else None),
+            required=bool(spec.get("required")) if isinstance(spec, dict) else False,
+            thinking=bool(spec.get("thinking")) if isinstance(spec, dict) else False,
+            lenient=not strict,
+        )
+        handle = backend.compile(kind, lark, vocab, lenient=not strict)
+        return CompiledConstraint(kind, backend_name, handle, vocab, spec, None, None, time.perf_counter() - t0,
+                                  {"lark": lark})
+    if kind == "regex" and not isinstance(spec, str):
+        raise ConstraintError("a regex constraint needs the pattern as a string")
+    if kind == "grammar" and not isinstance(spec, str):
+        raise ConstraintError("a grammar constraint needs the grammar text as a string")
+    handle = backend.compile(kind, spec, vocab, lenient=not strict)
+    return CompiledConstraint(kind, backend_name, handle, vocab, spec, None, None, time.perf_counter() - t0)
+
+
+def compile_constraint(
+    kind: str,
+    spec: Any,
+    tokenizer: Tokenizer,
+    *,
+    backend: str | None = None,
+    strict: bool = True,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    eos_token_ids: tuple[int, ...] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    cache: ByteBoundedCache | None = CACHE,
+) -> CompiledConstraint:
+    """Compile a constraint over `tokenizer`'s vocabulary; raises `ConstraintError` with a clear message.
+
+    spec: json_schema — dict/bool or JSON text; regex — pattern; json_object — ignored; grammar — Lark
+    (llguidance) or EBNF (xgrammar); tool_call — Chat-style tool list, or `{"tools": [...],
+    "required": bool, "format": "dsml_v4"|"dsml_v41"|"chatml", "thinking": bool}`.
+    `eos_token_ids`: stop ids allowed exactly when the matcher can terminate (default: the tokenizer's EOS).
+    Compilation runs off the caller's thread and fails after `timeout_s`; results are cached (bounded in bytes).
+    """
+    check_kind(kind)
+    name = backend or DEFAULT_BACKEND[kind]
+    check_backend(name)
+    if strict and name != "llguidance" and kind == "json_schema":
+        raise ConstraintError(f"backend {name} cannot guarantee exact enforcement; pass strict=False")
+    if kind == "json_schema":
+        spec = parse_schema(spec, limits)
+    elif kind in ("regex", "grammar"):
+        if isinstance(spec, str):
+            check_size(spec, limits)
+    elif kind == "tool_call":
+        if isinstance(spec, str):
+            check_size(spec, limits)
+        try:
+            check_depth(spec if not isinstance(spec, str) else json.loads(spec), limits)
+            check_size(json.dumps(spec), limits)
+        except (json.JSONDecodeError, TypeError, ValueError) as exc:
+            raise ConstraintError(f"tool list is not valid JSON: {exc}") from None
+    vocab = vocabulary_of(tokenizer, eos_token_ids)
+    key = None
+    if cache is not None:
+        try:
+            key = (id(vocab), name, kind, strict, json.dumps(spec, sort_keys=True))
+        except (TypeError, ValueError):
+            key = None
+        hit = cache.get(key) if key is not None else None
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+    compiled = run_with_timeout(
+        lambda: _compile(kind, spec, vocab, name, strict, tokenizer, {}), timeout_s, f"the {kind} constraint"
+    )
+    if cache is not None and key is not None:
+        cache.put(key, compiled, compiled.size_bytes + len(key[-1]))
+    return compiled

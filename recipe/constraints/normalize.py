@@ -1,0 +1,459 @@
+"""Schema normalisation: Recipe's layer above the backends.
+
+Every rewrite keeps the set of valid instances the same (or, where noted, a subset: never a superset),
+so a mask built from the result is never looser than the schema:
+
+* local `$ref` (JSON pointers, `$anchor`, `$id`-relative) inlined; recursive refs are left to the backend;
+* `allOf` merged into one schema where the keywords combine exactly (types intersected, bounds tightened,
+  `required` united, `enum`/`const` intersected, `properties` merged);
+* `dependentRequired`, `dependentSchemas`, `if`/`then`/`else`, `not` and `oneOf` rewritten into
+  `anyOf`/`allOf` of schemas the backends enforce, using an exact negation for the keywords it covers;
+* `unevaluatedProperties`/`unevaluatedItems` replaced by `additionalProperties`/`items` once no applicator
+  is left beside them (anyOf/oneOf are distributed first: a subset, never a superset);
+* bounds checked: contradictory min/max becomes `false`.
+
+`normalize(schema)` returns a `Normalized` with the schema and the names of the keywords it rewrote away.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
+
+from recipe.constraints.kinds import ConstraintError
+
+ANNOTATIONS = frozenset({
+    "title", "description", "default", "examples", "$comment", "$schema", "$id", "$anchor", "deprecated",
+    "readOnly", "writeOnly", "contentEncoding", "contentMediaType", "contentSchema", "$vocabulary", "$defs",
+    "definitions", "$dynamicAnchor",
+})
+APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "$ref", "$dynamicRef")
+_TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
+_MAX_BRANCHES = 64
+
+
+@dataclass
+class Normalized:
+    schema: Any
+    rewritten: set[str] = field(default_factory=set)
+    unresolved_refs: list[str] = field(default_factory=list)
+    recursive: bool = False
+
+
+class _Recursive(Exception):
+    pass
+
+
+def normalize(schema: Any) -> Normalized:
+    """Normalise a JSON Schema (draft 2020-12). Never raises for a well-formed schema."""
+    if not isinstance(schema, dict | bool):
+        raise ConstraintError("a JSON Schema must be an object or a boolean")
+    out = Normalized(copy.deepcopy(schema))
+    try:
+        inlined = _Inliner(schema, out).run()
+    except _Recursive:
+        out.recursive = True
+        return out  # recursive schemas go to the backend as written (it resolves $ref itself)
+    try:
+        out.schema = _simplify(inlined, out)
+    except RecursionError:
+        out.schema = inlined
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- $ref
+
+
+class _Inliner:
+    def __init__(self, root: Any, out: Normalized) -> None:
+        self.out = out
+        resource = Resource.from_contents(root, default_specification=DRAFT202012)
+        self.registry: Registry = Registry().with_resource(resource.id() or "", resource)
+        self.root_resolver = self.registry.resolver(base_uri=resource.id() or "")
+        self.root = root
+
+    def run(self) -> Any:
+        return self._walk(self.root, self.root_resolver, ())
+
+    def _walk(self, node: Any, resolver: Any, stack: tuple[str, ...]) -> Any:
+        if isinstance(node, list):
+            return [self._walk(x, resolver, stack) for x in node]
+        if not isinstance(node, dict):
+            return node
+        if isinstance(node.get("$id"), str) and node is not self.root:
+            resolver = resolver.in_subresource(Resource.from_contents(node, default_specification=DRAFT202012))
+        result: dict[str, Any] = {}
+        for k, v in node.items():
+            if k in ("$defs", "definitions", "enum", "const", "examples", "default"):
+                if k not in ("$defs", "definitions"):
+                    result[k] = v
+                continue
+            if k == "$ref" and isinstance(v, str):
+                continue
+            if k in ("properties", "patternProperties", "dependentSchemas", "$defs"):
+                result[k] = {pk: self._walk(pv, resolver, stack) for pk, pv in v.items()} if isinstance(v, dict) else v
+            else:
+                result[k] = self._walk(v, resolver, stack)
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            try:
+                resolved = resolver.lookup(ref)
+            except (Unresolvable, Exception):  # remote or broken: left for the validator
+                self.out.unresolved_refs.append(ref)
+                result["$ref"] = ref
+                return result
+            key = f"{resolved.resolver._base_uri}|{id(resolved.contents)}"
+            if key in stack:
+                raise _Recursive
+            target = self._walk(resolved.contents, resolved.resolver, (*stack, key))
+            self.out.rewritten.add("$ref")
+            if not result or all(k in ANNOTATIONS for k in result):
+                return target
+            return {"allOf": [target, result]}
+        return result
+
+
+# ------------------------------------------------------------------------------------------ simplify
+
+
+def _simplify(s: Any, out: Normalized) -> Any:
+    if isinstance(s, bool) or not isinstance(s, dict):
+        return s
+    s = {k: v for k, v in s.items() if k not in ("$defs", "definitions")}
+    for k in ("properties", "patternProperties", "dependentSchemas"):
+        if isinstance(s.get(k), dict):
+            s[k] = {pk: _simplify(pv, out) for pk, pv in s[k].items()}
+    for k in ("additionalProperties", "items", "contains", "propertyNames", "unevaluatedProperties",
+              "unevaluatedItems", "not", "if", "then", "else"):
+        if k in s:
+            s[k] = _simplify(s[k], out)
+    for k in ("allOf", "anyOf", "oneOf", "prefixItems"):
+        if isinstance(s.get(k), list):
+            s[k] = [_simplify(x, out) for x in s[k]]
+
+    conj: list[Any] = []
+    if "dependentRequired" in s and isinstance(s["dependentRequired"], dict):
+        for key, needs in s.pop("dependentRequired").items():
+            conj.append({"anyOf": [{"properties": {key: False}}, {"required": list(needs)}]})
+        out.rewritten.add("dependentRequired")
+    if "dependentSchemas" in s and isinstance(s["dependentSchemas"], dict):
+        for key, sub in s.pop("dependentSchemas").items():
+            conj.append({"anyOf": [{"properties": {key: False}}, {"allOf": [{"required": [key]}, sub]}]})
+        out.rewritten.add("dependentSchemas")
+    if "if" in s:
+        neg = negate(s["if"])
+        if neg is not None:
+            cond, then, els = s.pop("if"), s.pop("then", True), s.pop("else", True)
+            conj.append({"anyOf": [{"allOf": [cond, then]}, {"allOf": [neg, els]}]})
+            out.rewritten.update(("if", "then", "else"))
+    else:
+        s.pop("then", None), s.pop("else", None)
+    if "not" in s:
+        neg = negate(s["not"])
+        if neg is not None:
+            del s["not"]
+            conj.append(neg)
+            out.rewritten.add("not")
+    if isinstance(s.get("oneOf"), list) and len(s["oneOf"]) <= 8:
+        branches = s["oneOf"]
+        negs = [negate(b) for b in branches]
+        if all(n is not None for n in negs):
+            s.pop("oneOf")
+            conj.append({"anyOf": [
+                {"allOf": [b, *[negs[j] for j in range(len(branches)) if j != i]]} for i, b in enumerate(branches)
+            ]})
+            out.rewritten.add("oneOf")
+    if isinstance(s.get("allOf"), list):
+        conj.extend(s.pop("allOf"))
+    if conj:
+        s = merge_all([s, *[_simplify(c, out) for c in conj]])
+        if s is False or s is True:
+            return s
+    s = _distribute(s, out)
+    if isinstance(s, dict):
+        s = _unevaluated(s, out)
+        s = _bounds(s)
+    return s
+
+
+def _distribute(s: Any, out: Normalized) -> Any:
+    """Push the rest of a schema into each anyOf branch when it holds unevaluated* (so they can resolve)."""
+    if not isinstance(s, dict) or not ("unevaluatedProperties" in s or "unevaluatedItems" in s):
+        return s
+    if "allOf" in s:
+        return s
+    for key in ("anyOf", "oneOf"):
+        branches = s.get(key)
+        if isinstance(branches, list) and key == "anyOf" and 0 < len(branches) <= _MAX_BRANCHES:
+            rest = {k: v for k, v in s.items() if k != key}
+            new = []
+            for b in branches:
+                m = merge_all([rest, b])
+                new.append(_unevaluated(m, out) if isinstance(m, dict) else m)
+            return {"anyOf": new}
+    return s
+
+
+def _unevaluated(s: dict[str, Any], out: Normalized) -> Any:
+    if any(k in s for k in APPLICATORS):
+        return s
+    if "unevaluatedProperties" in s:
+        u = s.pop("unevaluatedProperties")
+        if "additionalProperties" not in s:
+            s["additionalProperties"] = u
+        out.rewritten.add("unevaluatedProperties")
+    if "unevaluatedItems" in s and "contains" not in s:
+        u = s.pop("unevaluatedItems")
+        if "items" not in s:
+            s["items"] = u
+        out.rewritten.add("unevaluatedItems")
+    return s
+
+
+def _bounds(s: dict[str, Any]) -> Any:
+    for lo, hi in (("minLength", "maxLength"), ("minItems", "maxItems"), ("minProperties", "maxProperties")):
+        if _num(s.get(lo)) and _num(s.get(hi)) and s[lo] > s[hi] and _only_type(s) in _TYPE_OF[lo]:
+            return False
+    return s
+
+
+_TYPE_OF = {"minLength": ("string",), "minItems": ("array",), "minProperties": ("object",)}
+
+
+def _only_type(s: dict[str, Any]) -> str | None:
+    t = s.get("type")
+    return t if isinstance(t, str) else None
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+# --------------------------------------------------------------------------------------------- merge
+
+
+def _json_key(v: Any) -> str:
+    def canon(x: Any) -> Any:
+        if isinstance(x, bool) or x is None or isinstance(x, str):
+            return x
+        if isinstance(x, int | float):
+            return ("n", float(x)) if math.isfinite(float(x)) and float(x) == int(x) else ("n", x)
+        if isinstance(x, list):
+            return [canon(y) for y in x]
+        if isinstance(x, dict):
+            return {k: canon(y) for k, y in sorted(x.items())}
+        return x
+
+    return json.dumps(canon(v), sort_keys=True, default=str)
+
+
+def _types(t: Any) -> set[str] | None:
+    if t is None:
+        return None
+    ts = {t} if isinstance(t, str) else set(t)
+    return ts
+
+
+def _intersect_types(a: Any, b: Any) -> list[str]:
+    ta, tb = _types(a) or set(_TYPES), _types(b) or set(_TYPES)
+    res = ta & tb
+    if "number" in ta and "integer" in tb:
+        res.add("integer")
+    if "integer" in ta and "number" in tb:
+        res.add("integer")
+    return [t for t in _TYPES if t in res]
+
+
+_OBJECT_SHAPE = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+_ARRAY_SHAPE = ("prefixItems", "items", "unevaluatedItems", "contains")
+
+
+def _merge_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | bool | None:
+    """Exact merge of two schemas' keywords, or None when they do not combine exactly."""
+    # object shape keywords depend on the sibling `properties`; only merge when one side is plain
+    a_shape = any(k in a for k in _OBJECT_SHAPE)
+    b_shape = any(k in b for k in _OBJECT_SHAPE)
+    if (a_shape and ("properties" in b or b_shape)) or (b_shape and ("properties" in a or a_shape)):
+        return None
+    if any(k in a for k in _ARRAY_SHAPE) and any(k in b for k in _ARRAY_SHAPE):
+        if not (set(a) & set(b) & set(_ARRAY_SHAPE)) <= {"items"} or "prefixItems" in a or "prefixItems" in b:
+            return None
+    if ("unevaluatedProperties" in b or "unevaluatedItems" in b) and any(k in a for k in APPLICATORS):
+        return None
+    m = dict(a)
+    for k, v in b.items():
+        if k not in m:
+            m[k] = v
+            continue
+        cur = m[k]
+        if k in ANNOTATIONS:
+            continue
+        if k == "type":
+            m[k] = _intersect_types(cur, v)
+            if not m[k]:
+                return False
+        elif k == "required":
+            m[k] = list(dict.fromkeys([*cur, *v]))
+        elif k in ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains"):
+            m[k] = max(cur, v)
+        elif k in ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"):
+            m[k] = min(cur, v)
+        elif k in ("enum", "const"):
+            ca = cur if k == "enum" else [cur]
+            cb = v if k == "enum" else [v]
+            keys_b = {_json_key(x) for x in cb}
+            both = [x for x in ca if _json_key(x) in keys_b]
+            if not both:
+                return False
+            m.pop("const", None)
+            m.pop("enum", None)
+            m["enum"] = both
+        elif k == "properties":
+            props = dict(cur)
+            for pk, pv in v.items():
+                props[pk] = merge_all([props[pk], pv]) if pk in props else pv
+            m[k] = props
+        elif k == "items" and isinstance(cur, dict | bool) and isinstance(v, dict | bool):
+            m[k] = merge_all([cur, v])
+        elif k == "anyOf":
+            m["allOf"] = [*m.get("allOf", []), {"anyOf": v}]
+        elif k == "multipleOf" and isinstance(cur, int) and isinstance(v, int):
+            m[k] = cur * v // math.gcd(cur, v)
+        elif _json_key(cur) != _json_key(v):
+            return None
+    if "enum" in m and "const" in b and "const" in m:
+        m.pop("const")
+    return m
+
+
+def merge_all(schemas: list[Any]) -> Any:
+    """allOf of `schemas`, merged into one schema where exact; the rest kept in an `allOf`."""
+    acc: dict[str, Any] = {}
+    rest: list[Any] = []
+    for s in schemas:
+        if s is True or (isinstance(s, dict) and not s):
+            continue
+        if s is False:
+            return False
+        if not isinstance(s, dict):
+            rest.append(s)
+            continue
+        inner = s.get("allOf")
+        if isinstance(inner, list) and len(s) == 1:
+            merged_inner = merge_all(inner)
+            if merged_inner is False:
+                return False
+            s = merged_inner if isinstance(merged_inner, dict) else {"allOf": [merged_inner]}
+            if not s:
+                continue
+        m = _merge_pair(acc, s)
+        if m is False:
+            return False
+        if m is None:
+            rest.append(s)
+        else:
+            acc = m
+    if rest:
+        acc = dict(acc)
+        acc["allOf"] = [*acc.get("allOf", []), *rest]
+    return acc
+
+
+# -------------------------------------------------------------------------------------------- negate
+
+
+def _complement_types(ts: set[str]) -> list[str] | None:
+    if "integer" in ts and "number" not in ts:
+        return None  # "a number that is not an integer" has no JSON Schema spelling without `not`
+    return [t for t in ("null", "boolean", "object", "array", "number", "string") if t not in ts and not (
+        t == "number" and "number" in ts)]
+
+
+def negate(s: Any) -> Any | None:
+    """A schema valid exactly where `s` is invalid, or None when the keywords have no exact negation."""
+    if s is True:
+        return False
+    if s is False:
+        return True
+    if not isinstance(s, dict):
+        return None
+    parts: list[Any] = []
+    for k, v in s.items():
+        if k in ANNOTATIONS:
+            continue
+        n = _negate_keyword(k, v, s)
+        if n is None:
+            return None
+        parts.extend(n)
+    if not parts:
+        return False
+    return parts[0] if len(parts) == 1 else {"anyOf": parts}
+
+
+def _negate_keyword(k: str, v: Any, s: dict[str, Any]) -> list[Any] | None:
+    if k == "type":
+        comp = _complement_types(_types(v) or set())
+        if comp is None:
+            return None
+        return [{"type": comp}] if comp else []
+    if k == "required" and isinstance(v, list):
+        return [{"type": "object", "required": [], "properties": {p: False}} for p in v]
+    if k == "properties" and isinstance(v, dict):
+        res = []
+        for p, sub in v.items():
+            n = negate(sub)
+            if n is None:
+                return None
+            if n is not False:
+                res.append({"type": "object", "required": [p], "properties": {p: n}})
+        return res
+    bounds = {
+        "minimum": ("number", "exclusiveMaximum"), "maximum": ("number", "exclusiveMinimum"),
+        "exclusiveMinimum": ("number", "maximum"), "exclusiveMaximum": ("number", "minimum"),
+    }
+    if k in bounds and _num(v):
+        t, opp = bounds[k]
+        return [{"type": t, opp: v}]
+    counts = {
+        "minLength": ("string", "maxLength", -1), "maxLength": ("string", "minLength", 1),
+        "minItems": ("array", "maxItems", -1), "maxItems": ("array", "minItems", 1),
+    }
+    if k in counts and isinstance(v, int) and not isinstance(v, bool):
+        t, opp, d = counts[k]
+        if v + d < 0:
+            return []
+        return [{"type": t, opp: v + d}]
+    if k in ("enum", "const"):
+        vals = v if k == "enum" else [v]
+        if not isinstance(vals, list):
+            return None
+        if not vals:
+            return [True]
+        if all(x is None for x in vals):
+            return [{"type": ["boolean", "object", "array", "number", "string"]}]
+        if all(isinstance(x, bool) for x in vals):
+            missing = [b for b in (True, False) if b not in vals]
+            return [{"type": ["null", "object", "array", "number", "string"]}, *[{"const": b} for b in missing]]
+        return None
+    if k == "anyOf" and isinstance(v, list):
+        ns = [negate(x) for x in v]
+        if any(n is None for n in ns):
+            return None
+        return [merge_all(ns)]
+    if k == "allOf" and isinstance(v, list):
+        ns = [negate(x) for x in v]
+        if any(n is None for n in ns):
+            return None
+        return [{"anyOf": ns}] if ns else []
+    if k == "not":
+        return [v]
+    if k == "items" and isinstance(v, bool) and "prefixItems" not in s:
+        return [] if v else [{"type": "array", "minItems": 1}]
+    return None

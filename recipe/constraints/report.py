@@ -1,0 +1,143 @@
+"""Per-schema report: which keywords the mask enforces exactly, which are only checked after generation
+(with `jsonschema`), and which cannot be enforced or checked at all; plus output validation."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from recipe.constraints.normalize import ANNOTATIONS, Normalized
+
+# Keywords the default backend (llguidance) enforces exactly whenever it compiles the schema strictly.
+MASK_KEYWORDS = frozenset({
+    "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties", "items",
+    "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "allOf", "oneOf", "$ref", "format",
+    "minProperties", "maxProperties",
+})
+_SCHEMA_MAPS = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_ONE = ("additionalProperties", "items", "contains", "propertyNames", "unevaluatedProperties",
+               "unevaluatedItems", "not", "if", "then", "else", "contentSchema")
+
+
+def keywords(schema: Any) -> Iterator[str]:
+    """Every keyword used anywhere in a schema (schema positions only; names and values skipped)."""
+    stack = [schema]
+    while stack:
+        s = stack.pop()
+        if not isinstance(s, dict):
+            continue
+        for k, v in s.items():
+            yield k
+            if k in _SCHEMA_MAPS and isinstance(v, dict):
+                stack.extend(v.values())
+            elif k in _SCHEMA_LISTS and isinstance(v, list):
+                stack.extend(v)
+            elif k in _SCHEMA_ONE:
+                stack.append(v)
+
+
+@dataclass(frozen=True)
+class SchemaReport:
+    """`exact`: enforced by the mask; `post`: loosened in the mask, checked after generation;
+    `unsupported`: neither (e.g. remote `$ref`). `enforced_exactly` is the whole schema's verdict."""
+
+    enforced_exactly: bool
+    exact: tuple[str, ...]
+    post: tuple[str, ...]
+    unsupported: tuple[str, ...]
+    annotations: tuple[str, ...]
+    rewritten: tuple[str, ...] = ()
+    backend_message: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "enforced_exactly": self.enforced_exactly,
+            "exact": list(self.exact),
+            "post_checked": list(self.post),
+            "unsupported": list(self.unsupported),
+            "annotations": list(self.annotations),
+            "rewritten_by_recipe": list(self.rewritten),
+            "backend_message": self.backend_message,
+        }
+
+    def refusal(self) -> str:
+        """The strict-mode error text."""
+        parts = []
+        if self.post:
+            parts.append("not enforceable by the token mask: " + ", ".join(self.post))
+        if self.unsupported:
+            parts.append("unsupported: " + ", ".join(self.unsupported))
+        if self.backend_message and not parts:
+            parts.append(self.backend_message)
+        return "schema cannot be enforced exactly (" + "; ".join(parts) + "); use strict=False to constrain "\
+            "what can be and validate the rest after generation"
+
+
+def build_report(original: Any, norm: Normalized, strict_error: str | None) -> SchemaReport:
+    """Classify the original schema's keywords given the normalisation and the strict compile's outcome."""
+    used = sorted(set(keywords(original)))
+    remaining = set(keywords(norm.schema))
+    annotations = tuple(k for k in used if k in ANNOTATIONS)
+    named = set(re.findall(r"[$A-Za-z]+", strict_error or ""))
+    exact: list[str] = []
+    post: list[str] = []
+    unsupported: list[str] = []
+    for k in used:
+        if k in ANNOTATIONS:
+            continue
+        if k == "$ref" and norm.unresolved_refs:
+            unsupported.append(k)
+        elif strict_error is None:
+            exact.append(k)
+        elif k in remaining and (k in named or k not in MASK_KEYWORDS):
+            post.append(k)
+        elif k in remaining or k in MASK_KEYWORDS or k in norm.rewritten:
+            exact.append(k)
+        else:
+            post.append(k)
+    if strict_error is not None and not post and not unsupported:
+        # the backend refused for a reason no keyword name explains (e.g. oneOf overlap): be conservative
+        post = [k for k in exact if k in remaining and k not in ("type", "properties", "required")] or exact
+        exact = [k for k in exact if k not in post]
+    return SchemaReport(
+        enforced_exactly=strict_error is None and not unsupported,
+        exact=tuple(exact),
+        post=tuple(post),
+        unsupported=tuple(unsupported),
+        annotations=annotations,
+        rewritten=tuple(sorted(norm.rewritten)),
+        backend_message=strict_error or "",
+        details={"unresolved_refs": list(norm.unresolved_refs), "recursive": norm.recursive},
+    )
+
+
+def validate_output(schema: Any, text: str) -> list[str]:
+    """Validate one generated text against `schema` with `jsonschema` (draft 2020-12, formats asserted).
+
+    Returns error messages; [] means valid.
+    """
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return [f"not JSON: {exc}"]
+    return validate_value(schema, value)
+
+
+def validate_value(schema: Any, value: Any) -> list[str]:
+    try:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        v = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        errs = sorted(v.iter_errors(value), key=lambda e: list(e.absolute_path))
+    except jsonschema.exceptions.SchemaError as exc:
+        return [f"invalid schema: {exc.message}"]
+    except (jsonschema.exceptions.RefResolutionError, Exception) as exc:  # unresolvable refs and the like
+        return [f"cannot validate: {type(exc).__name__}: {exc}"]
+    return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errs]
