@@ -25,6 +25,7 @@ class SSEResponse(Response):
 
     def __init__(self, frames: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> None:
         super().__init__(content=None, status_code=200, headers={**SSE_HEADERS, **(headers or {})})
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
         self.frames = frames
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
