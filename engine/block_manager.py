@@ -1,0 +1,174 @@
+"""The paged KV block pool: block tables, reference counts, and the prefix cache.
+
+Every block is either free (reference count 0, in the LRU free queue) or used by one or more sequences.
+A full block whose KV is computed is registered under a chained hash (parent hash + its token ids, a
+128-bit BLAKE2b); a lookup must match the hash *and* the stored token ids. A freed block keeps its
+registration and stays reusable until it is handed out again: the free queue hands out the least
+recently freed block first, and a sequence's blocks are freed tail first, so a prompt's deepest blocks
+are evicted before its shared prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict
+
+from recipe.engine.sequence import Sequence
+
+_ROOT = b""
+
+
+def chain_hash(parent: bytes, token_ids: list[int]) -> bytes:
+    """The prefix-cache key of a full block: depends on every token before it and in it."""
+    return hashlib.blake2b(parent + array("q", token_ids).tobytes(), digest_size=16).digest()
+
+
+class Block:
+    __slots__ = ("block_id", "hash", "ref_count", "token_ids")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_count = 0
+        self.hash: bytes | None = None
+        self.token_ids: tuple[int, ...] = ()
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        assert num_blocks >= 1 and block_size >= 1
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.cached: dict[bytes, int] = {}
+        self.prefix_queries = 0  # prompt tokens looked up
+        self.prefix_hits = 0  # of which served from the cache
+
+    # ----- accounting -----------------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free)
+
+    @property
+    def usage(self) -> float:
+        """Fraction of the pool held by live sequences (free cached blocks count as free)."""
+        return 1.0 - len(self.free) / self.num_blocks
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return (num_tokens + self.block_size - 1) // self.block_size
+
+    # ----- prefix cache ---------------------------------------------------------------------------------
+    def match_prefix(self, seq: Sequence) -> list[int]:
+        """Block ids caching the longest prefix of `seq`'s known tokens, leaving at least one token to compute."""
+        if not self.enable_prefix_caching:
+            return []
+        bs = self.block_size
+        tokens = seq.token_ids
+        matched: list[int] = []
+        h = _ROOT
+        for i in range((len(tokens) - 1) // bs):
+            chunk = tokens[i * bs:(i + 1) * bs]
+            h = chain_hash(h, chunk)
+            block_id = self.cached.get(h)
+            if block_id is None or self.blocks[block_id].token_ids != tuple(chunk):
+                break
+            matched.append(block_id)
+        return matched
+
+    def admit(self, seq: Sequence, prefix_block_ids: list[int], num_tokens: int) -> bool:
+        """Give a sequence with no blocks the shared `prefix_block_ids` plus fresh blocks up to `num_tokens`.
+
+        Returns False, changing nothing, when the pool cannot supply them.
+        """
+        assert not seq.block_table
+        taken_from_free = sum(1 for b in prefix_block_ids if self.blocks[b].ref_count == 0)
+        needed = self.blocks_needed(num_tokens) - len(prefix_block_ids)
+        if needed > len(self.free) - taken_from_free:
+            return False
+        for block_id in prefix_block_ids:
+            self._take(block_id)
+        seq.block_table = list(prefix_block_ids)
+        self.prefix_queries += len(seq.token_ids)
+        self.prefix_hits += len(prefix_block_ids) * self.block_size
+        if self.enable_prefix_caching:  # a forked prefix may not be registered yet: commit() finishes it
+            hashes: list[bytes] = []
+            for block_id in prefix_block_ids:
+                h = self.blocks[block_id].hash
+                if h is None:
+                    break
+                hashes.append(h)
+            seq.block_hashes = hashes
+            seq.num_hashed_blocks = len(hashes)
+        ok = self.ensure(seq, num_tokens)
+        assert ok
+        return True
+
+    def ensure(self, seq: Sequence, num_tokens: int) -> bool:
+        """Grow `seq`'s block table to hold `num_tokens` tokens; False (nothing changed) if blocks run out."""
+        needed = self.blocks_needed(num_tokens) - len(seq.block_table)
+        if needed <= 0:
+            return True
+        if needed > len(self.free):
+            return False
+        for _ in range(needed):
+            seq.block_table.append(self._allocate())
+        return True
+
+    def commit(self, seq: Sequence) -> None:
+        """Register `seq`'s newly full blocks (KV computed, token ids known) in the prefix cache."""
+        if not self.enable_prefix_caching:
+            return
+        bs = self.block_size
+        limit = min(seq.num_computed_tokens, len(seq.token_ids)) // bs
+        while seq.num_hashed_blocks < min(limit, len(seq.block_table)):
+            i = seq.num_hashed_blocks
+            chunk = seq.token_ids[i * bs:(i + 1) * bs]
+            parent = seq.block_hashes[i - 1] if i else _ROOT
+            h = chain_hash(parent, chunk)
+            block = self.blocks[seq.block_table[i]]
+            if block.hash is None and h not in self.cached:
+                block.hash = h
+                block.token_ids = tuple(chunk)
+                self.cached[h] = block.block_id
+            seq.block_hashes.append(h)
+            seq.num_hashed_blocks += 1
+
+    def free_sequence(self, seq: Sequence) -> None:
+        """Release `seq`'s blocks (tail first, so the deepest blocks are evicted first)."""
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            assert block.ref_count > 0, f"double free of block {block_id}"
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self.free[block_id] = None
+        seq.block_table = []
+        seq.block_hashes = []
+        seq.num_hashed_blocks = 0
+
+    # ----- internals ------------------------------------------------------------------------------------
+    def _take(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        if block.ref_count == 0:
+            del self.free[block_id]
+        block.ref_count += 1
+
+    def _allocate(self) -> int:
+        block_id, _ = self.free.popitem(last=False)
+        block = self.blocks[block_id]
+        if block.hash is not None:  # evict its cache registration
+            if self.cached.get(block.hash) == block_id:
+                del self.cached[block.hash]
+            block.hash = None
+            block.token_ids = ()
+        block.ref_count = 1
+        return block_id
+
+    def check_invariants(self) -> None:
+        """Every block is free xor referenced; every registration points at a block carrying that hash."""
+        for block in self.blocks:
+            assert (block.ref_count == 0) == (block.block_id in self.free), block.block_id
+            assert block.ref_count >= 0
+        for h, block_id in self.cached.items():
+            assert self.blocks[block_id].hash == h

@@ -1,0 +1,57 @@
+"""Engine configuration: one dataclass, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class EngineConfig:
+    """What `LLM(model, **config)` and `AsyncLLM(model, **config)` accept as keyword arguments.
+
+    KV memory: `num_kv_blocks` fixes the pool size; otherwise the pool gets `kv_cache_bytes`, or by default
+    `kv_cache_fraction` of the device's free memory (capped at `kv_cache_max_bytes` on the CPU, where
+    the memory is shared with everything else).
+    """
+
+    model: str = "smollm2"
+    dtype: str = "float32"
+    device: str = "cpu"
+    num_threads: int | None = None  # torch CPU threads; None = every core this process may use
+    block_size: int = 16
+    num_kv_blocks: int | None = None
+    kv_cache_bytes: int | None = None
+    kv_cache_fraction: float = 0.5
+    kv_cache_max_bytes: int = 2 << 30
+    max_num_seqs: int = 64  # sequences in one step
+    max_num_batched_tokens: int = 1024  # token budget of one step (prefill chunks + decodes)
+    max_model_len: int | None = None  # default: the model's context length
+    enable_prefix_caching: bool = True
+    async_scheduling: bool = True  # overlap CPU scheduling/post-processing with the model step
+    max_waiting_requests: int = 4096  # AsyncLLM: more queued requests raise QueueFullError
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.block_size >= 1 and (self.block_size & (self.block_size - 1)) == 0,
+             f"block_size must be a power of two, got {self.block_size}"),
+            (self.num_kv_blocks is None or self.num_kv_blocks >= 1, "num_kv_blocks must be >= 1"),
+            (self.kv_cache_bytes is None or self.kv_cache_bytes > 0, "kv_cache_bytes must be > 0"),
+            (0.0 < self.kv_cache_fraction <= 1.0, "kv_cache_fraction must be in (0, 1]"),
+            (self.max_num_seqs >= 1, "max_num_seqs must be >= 1"),
+            (self.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1"),
+            (self.max_model_len is None or self.max_model_len >= 1, "max_model_len must be >= 1"),
+            (self.max_waiting_requests >= 1, "max_waiting_requests must be >= 1"),
+            (self.num_threads is None or self.num_threads >= 1, "num_threads must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    @classmethod
+    def from_kwargs(cls, model: str, **config: object) -> EngineConfig:
+        """Build from keyword arguments, naming any unknown key instead of failing obscurely."""
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise TypeError(f"unknown engine config option(s) {unknown}; known: {sorted(known - {'model'})}")
+        return cls(model=model, **config)  # type: ignore[arg-type]

@@ -1,0 +1,218 @@
+"""The engine loop: add requests, `step()` them, collect output deltas.
+
+In asynchronous mode (`async_scheduling=True`, the default) the model runs on its own thread: `step()`
+schedules and prepares step N+1 and submits it while step N runs, then post-processes step N while N+1
+runs, so the CPU work of scheduling and post-processing hides behind the model. Tokens are identical in
+both modes; a sequence that ends in step N may take part in step N+1, whose result for it is dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from recipe.engine import device as devices
+from recipe.engine.block_manager import BlockManager
+from recipe.engine.config import EngineConfig
+from recipe.engine.model_runner import ModelRunner, StepResult, kv_cache_blocks
+from recipe.engine.outputs import RequestOutput, RequestTiming
+from recipe.engine.sampling_params import SamplingParams
+from recipe.engine.scheduler import Scheduler, SchedulerOutput
+from recipe.engine.sequence import Sequence
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    running: int
+    waiting: int
+    kv_usage: float
+    num_kv_blocks: int
+    prefix_cache_queries: int  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int  # of which found
+    prompt_tokens: int
+    output_tokens: int
+    steps: int
+    model_busy_s: float  # time the model thread spent running steps
+
+
+def load(model: Any, dtype: Any, device: Any) -> tuple[Any, Any]:
+    """(model, ModelInfo) from a registered name or path, or as given when already a (model, info) pair."""
+    if isinstance(model, tuple):
+        return model
+    from recipe.engine.models.registry import load_model
+
+    return load_model(model, dtype=dtype, device=device)
+
+
+class LLMEngine:
+    def __init__(self, model: Any = "smollm2", **config: Any) -> None:
+        self.config = EngineConfig.from_kwargs(model if isinstance(model, str) else "<given>", **config)
+        cfg = self.config
+        self.device = devices.resolve(cfg.device)
+        self.dtype = devices.parse_dtype(cfg.dtype)
+        devices.set_num_threads(cfg.num_threads)
+        self.model, self.model_info = load(model, self.dtype, self.device)
+        num_blocks = kv_cache_blocks(
+            self.model, block_size=cfg.block_size, dtype=self.dtype, device=self.device,
+            num_kv_blocks=cfg.num_kv_blocks, kv_cache_bytes=cfg.kv_cache_bytes, fraction=cfg.kv_cache_fraction,
+            cpu_cap=cfg.kv_cache_max_bytes)
+        context = int(getattr(self.model_info, "context_length", 0) or 1 << 30)
+        self.max_model_len = min(cfg.max_model_len or context, num_blocks * cfg.block_size)
+        self.vocab_size = int(self.model_info.vocab_size)
+        self.eos_token_ids = frozenset(int(t) for t in self.model_info.eos_token_ids)
+        self.block_manager = BlockManager(num_blocks, cfg.block_size, cfg.enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, max_num_seqs=cfg.max_num_seqs,
+                                   max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                   max_model_len=self.max_model_len)
+        self.runner = ModelRunner(self.model, block_size=cfg.block_size, num_blocks=num_blocks,
+                                  dtype=self.dtype, device=self.device)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="recipe-model") if cfg.async_scheduling else None
+        self._inflight: deque[tuple[SchedulerOutput, Future[StepResult]]] = deque()
+        self.requests: dict[str, list[Sequence]] = {}
+        self._first_token_time: dict[int, float] = {}
+        self.prompt_tokens = 0
+        self.output_tokens = 0
+        self.steps = 0
+        self.model_busy_s = 0.0
+
+    # ----- requests -------------------------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                    arrival_time: float | None = None) -> None:
+        """Queue a request (its `params.n` choices); `ValueError` names what is wrong with it."""
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        ids = self.validate(prompt_ids, params)
+        seqs = [Sequence(request_id, i, ids, params, arrival_time) for i in range(params.n)]
+        for seq in seqs[1:]:
+            seq.fork_parent = seqs[0]
+        self.requests[request_id] = seqs
+        for seq in seqs:
+            self.scheduler.add(seq)
+        self.prompt_tokens += len(ids)
+
+    def validate(self, prompt_ids: list[int], params: SamplingParams) -> list[int]:
+        """Check a request against this engine (thread-safe: reads only fixed facts); returns the ids."""
+        if not isinstance(params, SamplingParams):
+            raise TypeError("params must be a SamplingParams")
+        ids = list(prompt_ids)
+        if not ids:
+            raise ValueError("the prompt is empty")
+        if not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in ids):
+            raise ValueError(f"prompt token ids must be ints in [0, {self.vocab_size})")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(f"the prompt has {len(ids)} tokens; this engine holds at most {self.max_model_len} "
+                             "per sequence (prompt + output)")
+        return ids
+
+    def abort_request(self, request_id: str) -> list[RequestOutput]:
+        """End a request now, freeing its KV blocks; returns its final outputs (reason "abort")."""
+        seqs = self.requests.pop(request_id, None)
+        if seqs is None:
+            return []
+        outputs = []
+        for seq in seqs:
+            if not seq.is_finished:
+                self.scheduler.finish(seq, "abort")
+                outputs.append(self._output(seq, (), None, time.perf_counter()))
+            self._first_token_time.pop(seq.seq_id, None)
+        return outputs
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests) or bool(self._inflight)
+
+    # ----- stepping -------------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Run one step; returns the output deltas of the step that completed (if any)."""
+        sched = self.scheduler.schedule()
+        if self._executor is None:
+            if not sched:
+                return []
+            return self._postprocess(sched, self.runner.execute(self.runner.prepare(sched)))
+        if sched:
+            self._inflight.append((sched, self._executor.submit(self.runner.execute, self.runner.prepare(sched))))
+        if len(self._inflight) > 1 or (self._inflight and not sched):
+            done, future = self._inflight.popleft()
+            return self._postprocess(done, future.result())
+        return []
+
+    def _postprocess(self, sched: SchedulerOutput, result: StepResult) -> list[RequestOutput]:
+        self.steps += 1
+        self.model_busy_s += result.end_time - result.start_time
+        now = time.perf_counter()
+        outputs = []
+        row = 0
+        for s in sched.scheduled:
+            if not s.sample:
+                continue
+            seq = s.seq
+            token, logprob, terminated = result.token_ids[row], result.logprobs[row], result.terminated[row]
+            row += 1
+            seq.num_pending -= 1
+            if seq.is_finished:
+                continue  # ended (or aborted) while this step was in flight
+            self._first_token_time.setdefault(seq.seq_id, now)
+            p = seq.params
+            if token in p.stop_token_ids or (token in self.eos_token_ids and not p.ignore_eos):
+                seq.stop_token_id = token
+                self._finish(seq, "stop")
+                outputs.append(self._output(seq, (), None, now))
+                continue
+            seq.token_ids.append(token)
+            seq.token_times.append(now)
+            self.output_tokens += 1
+            if terminated:
+                self._finish(seq, "stop")
+            elif len(seq.token_ids) - seq.num_prompt_tokens >= p.max_tokens or len(seq.token_ids) >= self.max_model_len:
+                self._finish(seq, "length")
+            outputs.append(self._output(seq, (token,), (logprob,) if p.logprobs is not None else None, now))
+        for s in sched.scheduled:
+            if s.seq.block_table:
+                self.block_manager.commit(s.seq)
+        return outputs
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        self.scheduler.finish(seq, reason)
+        seqs = self.requests.get(seq.request_id)
+        if seqs is not None and all(x.is_finished for x in seqs):
+            del self.requests[seq.request_id]
+
+    def _output(self, seq: Sequence, new: tuple[int, ...], logprobs: Any, now: float) -> RequestOutput:
+        first = self._first_token_time.get(seq.seq_id)
+        if seq.is_finished:
+            self._first_token_time.pop(seq.seq_id, None)
+        return RequestOutput(
+            request_id=seq.request_id, index=seq.index, new_token_ids=new, new_logprobs=logprobs,
+            finished=seq.is_finished, finish_reason=seq.finish_reason, prompt_tokens=seq.num_prompt_tokens,
+            cached_tokens=seq.num_cached_tokens,
+            timing=RequestTiming(seq.arrival_time, first, (now,) if new else ()),
+            stop_token_id=seq.stop_token_id,
+        )
+
+    # ----- introspection --------------------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        return EngineStats(
+            running=len(self.scheduler.running), waiting=len(self.scheduler.waiting), kv_usage=bm.usage,
+            num_kv_blocks=bm.num_blocks, prefix_cache_queries=bm.prefix_queries, prefix_cache_hits=bm.prefix_hits,
+            prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens, steps=self.steps,
+            model_busy_s=self.model_busy_s)
+
+    def drain(self) -> list[RequestOutput]:
+        """Wait for steps in flight and post-process them."""
+        outputs: list[RequestOutput] = []
+        while self._inflight:
+            sched, future = self._inflight.popleft()
+            outputs.extend(self._postprocess(sched, future.result()))
+        return outputs
+
+    def shutdown(self) -> None:
+        for sched, future in list(self._inflight):
+            del sched
+            future.cancel()
+        self._inflight.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None

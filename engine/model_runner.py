@@ -1,0 +1,176 @@
+"""Runs one scheduled step on the model: builds the attention context, runs forward and the sampler.
+
+`prepare` runs on the scheduling thread and copies everything it needs; `execute` runs on the model thread
+(or inline in synchronous mode). A placeholder input (the token sampled by the previous step, not yet
+known when this step was scheduled) is filled from the previous step's result, so the step never waits
+for the host to post-process its predecessor.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from recipe.engine import device as devices
+from recipe.engine.context import AttentionContext, reset_context, set_context
+from recipe.engine.sampler import Sampler, SamplerOutput, SamplingRow
+from recipe.engine.scheduler import PLACEHOLDER, SchedulerOutput
+
+
+@dataclass
+class PreparedStep:
+    input_ids: np.ndarray  # int64 [N], PLACEHOLDER where the previous step's token goes
+    placeholders: list[tuple[int, int]]  # (flat index into input_ids, seq_id that sampled it)
+    positions: np.ndarray  # int64 [N]
+    slot_mapping: np.ndarray  # int64 [N]
+    query_lens: list[int]
+    context_lens: list[int]
+    block_tables: np.ndarray  # int64 [B, max_blocks], -1 padded
+    sample_rows: list[int]  # flat index of each sampling sequence's last token
+    sample_seq_ids: list[int]
+    rows: list[SamplingRow]
+    matchers: list[Any]
+    pending_history: list[bool] = field(default_factory=list)  # row's histories lack the placeholder token
+
+
+@dataclass
+class StepResult:
+    token_ids: list[int]
+    logprobs: list[Any]
+    terminated: list[bool]  # the row's constraint matcher terminated after accepting its token
+    start_time: float
+    end_time: float
+
+
+def kv_cache_blocks(model: Any, *, block_size: int, dtype: torch.dtype, device: torch.device,
+                    num_kv_blocks: int | None, kv_cache_bytes: int | None, fraction: float, cpu_cap: int) -> int:
+    """Size the block pool from the memory budget (or take `num_kv_blocks` as given)."""
+    if num_kv_blocks is not None:
+        return num_kv_blocks
+    per_block = int(model.kv_bytes_per_block(block_size, dtype))
+    assert per_block > 0
+    if kv_cache_bytes is None:
+        kv_cache_bytes = int(devices.free_memory_bytes(device) * fraction)
+        if device.type == "cpu":
+            kv_cache_bytes = min(kv_cache_bytes, cpu_cap)
+    blocks = kv_cache_bytes // per_block
+    if blocks < 1:
+        raise ValueError(f"KV cache budget of {kv_cache_bytes} bytes holds no block of {per_block} bytes")
+    return blocks
+
+
+class ModelRunner:
+    def __init__(self, model: Any, *, block_size: int, num_blocks: int, dtype: torch.dtype,
+                 device: torch.device) -> None:
+        self.model = model
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.device = device
+        self.dtype = dtype
+        model.allocate_kv_cache(num_blocks, block_size, dtype, device)
+        self.sampler = Sampler(device)
+        self._prev: dict[int, int] = {}  # seq_id -> token sampled by the previous executed step
+
+    def prepare(self, sched: SchedulerOutput) -> PreparedStep:
+        bs = self.block_size
+        ids: list[int] = []
+        positions: list[np.ndarray] = []
+        slots: list[np.ndarray] = []
+        placeholders: list[tuple[int, int]] = []
+        sample_rows: list[int] = []
+        sample_seq_ids: list[int] = []
+        rows: list[SamplingRow] = []
+        matchers: list[Any] = []
+        pending_history: list[bool] = []
+        max_blocks = max(len(s.block_table) for s in sched.scheduled)
+        tables = np.full((len(sched.scheduled), max_blocks), -1, dtype=np.int64)
+        for b, s in enumerate(sched.scheduled):
+            seq = s.seq
+            if s.input_ids[-1] == PLACEHOLDER:
+                placeholders.append((len(ids) + s.num_tokens - 1, seq.seq_id))
+            ids.extend(s.input_ids)
+            pos = np.arange(s.start, s.start + s.num_tokens, dtype=np.int64)
+            table = np.asarray(s.block_table, dtype=np.int64)
+            tables[b, : len(table)] = table
+            positions.append(pos)
+            slots.append(table[pos // bs] * bs + pos % bs)
+            if s.sample:
+                sample_rows.append(len(ids) - 1)
+                sample_seq_ids.append(seq.seq_id)
+                p = seq.params
+                known = seq.token_ids
+                pending = s.input_ids[-1] == PLACEHOLDER
+                rows.append(SamplingRow(
+                    params=p, index=seq.index, position=s.start + s.num_tokens,
+                    output_ids=known[seq.num_prompt_tokens:] if (p.presence_penalty or p.frequency_penalty) else None,
+                    context_ids=list(known) if p.repetition_penalty != 1.0 else None,
+                ))
+                matchers.append(seq.matcher)
+                pending_history.append(pending)
+        return PreparedStep(
+            input_ids=np.asarray(ids, dtype=np.int64), placeholders=placeholders,
+            positions=np.concatenate(positions), slot_mapping=np.concatenate(slots),
+            query_lens=[s.num_tokens for s in sched.scheduled],
+            context_lens=[s.start + s.num_tokens for s in sched.scheduled],
+            block_tables=tables, sample_rows=sample_rows, sample_seq_ids=sample_seq_ids, rows=rows,
+            matchers=matchers, pending_history=pending_history,
+        )
+
+    @torch.inference_mode()
+    def execute(self, step: PreparedStep) -> StepResult:
+        start = time.perf_counter()
+        input_ids = step.input_ids
+        if step.placeholders:
+            input_ids = input_ids.copy()
+            for flat, seq_id in step.placeholders:
+                input_ids[flat] = self._prev[seq_id]
+        for row, pending, flat in zip(step.rows, step.pending_history, step.sample_rows, strict=True):
+            if pending:  # this row's histories miss the token that is its own input now
+                tok = int(input_ids[flat])
+                if row.output_ids is not None:
+                    row.output_ids = [*row.output_ids, tok]
+                if row.context_ids is not None:
+                    row.context_ids = [*row.context_ids, tok]
+        dev = self.device
+        cu = np.zeros(len(step.query_lens) + 1, dtype=np.int64)
+        np.cumsum(step.query_lens, out=cu[1:])
+        set_context(AttentionContext(
+            query_lens=step.query_lens, context_lens_list=step.context_lens,
+            cu_seqlens_q=torch.from_numpy(cu).to(dev),
+            context_lens=torch.tensor(step.context_lens, dtype=torch.int64, device=dev),
+            slot_mapping=torch.from_numpy(step.slot_mapping).to(dev),
+            block_tables=torch.from_numpy(step.block_tables).to(dev),
+            block_size=self.block_size,
+        ))
+        try:
+            hidden = self.model.forward(torch.from_numpy(input_ids).to(dev), torch.from_numpy(step.positions).to(dev))
+        finally:
+            reset_context()
+        if not step.rows:
+            devices.synchronize(dev)
+            return StepResult([], [], [], start, time.perf_counter())
+        logits = self.model.compute_logits(hidden[torch.tensor(step.sample_rows, device=dev)])
+        bitmask = self._bitmask(step.matchers, logits.shape[1])
+        out: SamplerOutput = self.sampler(logits, step.rows, bitmask)
+        terminated = [False] * len(step.rows)
+        for i, matcher in enumerate(step.matchers):
+            if matcher is not None and not matcher.is_terminated():
+                matcher.accept(out.token_ids[i])
+                terminated[i] = bool(matcher.is_terminated())
+        self._prev = dict(zip(step.sample_seq_ids, out.token_ids, strict=True))
+        return StepResult(out.token_ids, out.logprobs, terminated, start, time.perf_counter())
+
+    @staticmethod
+    def _bitmask(matchers: list[Any], vocab_size: int) -> torch.Tensor | None:
+        if all(m is None for m in matchers):
+            return None
+        mask = np.full((len(matchers), (vocab_size + 31) // 32), -1, dtype=np.int32)
+        for i, matcher in enumerate(matchers):
+            if matcher is not None:
+                if matcher.is_terminated():
+                    continue  # finished: its token is discarded anyway
+                matcher.fill_bitmask(mask[i])
+        return torch.from_numpy(mask)
