@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from recipe.conversation import ImageSource
 
@@ -12,8 +12,11 @@ class RenderedPrompt:
     """`prompt[start:end]` for each range in `special_ranges` is one special-token spelling.
 
     Ranges are ascending, disjoint, half-open code-point offsets; everything between them is plain text.
+    `fixed_spans` (not part of equality) marks plain spans that are fixed template text; an encoder may
+    reuse their ids where `recipe.encoding` proves the cut cannot change tokenization.
     """
 
     prompt: str
     special_ranges: tuple[tuple[int, int], ...] = ()
     image_sources: tuple[ImageSource, ...] = ()
+    fixed_spans: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
