@@ -21,6 +21,10 @@ class BackendQueueFull(Exception):
     """The backend cannot take another request now; the client should retry later."""
 
 
+class BackendRejected(Exception):
+    """The backend refused the request as given (its message is safe to show the client)."""
+
+
 @dataclass(frozen=True)
 class ModelCard:
     """The served model as the server sees it: names, prompt format, limits and tokenizer."""
@@ -163,13 +167,14 @@ class EchoBackend:
             await self.abort(rid)
 
 
-def echo_model_card(name: str = "echo") -> ModelCard:
+def echo_model_card(name: str = "echo", context_length: int = 131072) -> ModelCard:
+    """The echo backend's model: the DeepSeek V4 tokenizer and prompt format, no weights."""
     tok = load_deepseek_v4_tokenizer()
     eos = tok.added_ids.get("<｜end▁of▁sentence｜>")
     return ModelCard(
         name=name,
         architecture="echo",
-        context_length=131072,
+        context_length=context_length,
         chat_format="deepseek_v4",
         eos_token_ids=(eos,) if eos is not None else (),
         tokenizer=tok,

@@ -35,6 +35,11 @@ def _frame(event: Any) -> bytes:
     return bytes(event.sse())
 
 
+def _done_frames(gen: Generation) -> list[bytes]:
+    """Chat with several choices ends with one `[DONE]` after all of them (each processor omits its own)."""
+    return [b"data: [DONE]\n\n"] if gen.api == "chat" and len(gen.processors) > 1 else []
+
+
 async def stream_response(
     request: Request, pipeline: Pipeline, gen: Generation, on_complete: OnComplete | None = None
 ) -> Response:
@@ -59,6 +64,8 @@ async def stream_response(
                 async for batch in batches:
                     for _, event in batch:
                         yield _frame(event)
+            for frame in _done_frames(gen):
+                yield frame
             if on_complete is not None:
                 await on_complete(gen)
         except GenerationTimeout:
@@ -78,8 +85,8 @@ async def stream_response(
     return SSEResponse(frames())
 
 
-async def collect(request: Request, pipeline: Pipeline, gen: Generation) -> list[dict[str, Any]]:
-    """Run to the end (aborting if the client leaves) and return each choice's complete response."""
+async def collect(request: Request, pipeline: Pipeline, gen: Generation) -> None:
+    """Run to the end (aborting if the client leaves); the processors then hold the complete responses."""
 
     async def run_all() -> None:
         async for _ in pipeline.run(gen):
@@ -91,4 +98,3 @@ async def collect(request: Request, pipeline: Pipeline, gen: Generation) -> list
         raise ApiError(504, TIMEOUT_MESSAGE) from None
     finally:
         gen.release()
-    return [p.response() for p in gen.processors]

@@ -7,6 +7,7 @@ from typing import Any
 
 from recipe.server.backend import (
     BackendQueueFull,
+    BackendRejected,
     BackendStats,
     GenerationDelta,
     GenerationParams,
@@ -43,6 +44,14 @@ def model_card(engine: Any, name: str | None = None) -> ModelCard:
     )
 
 
+def _logprobs(lp: Any) -> TokenLogprobs:
+    """The engine's `(logprob, [(id, logprob), ...])` (or None for a token without them)."""
+    if lp is None:
+        return TokenLogprobs(0.0)
+    chosen, top = lp
+    return TokenLogprobs(float(chosen), tuple((int(t), float(v)) for t, v in top))
+
+
 class EngineBackend:
     """Adapts `AsyncLLM`: `GenerationParams` → `SamplingParams`, `RequestOutput` → `GenerationDelta`."""
 
@@ -68,21 +77,22 @@ class EngineBackend:
         try:
             async for out in self.engine.generate(request_id, list(prompt_ids), self.sampling_params(params)):
                 lps = out.new_logprobs
+                timing = getattr(out, "timing", None)
+                scheduled = getattr(timing, "scheduled_time", None)
                 yield GenerationDelta(
                     index=int(getattr(out, "index", 0) or 0),
                     token_ids=tuple(out.new_token_ids),
                     prompt_tokens=int(out.prompt_tokens),
                     cached_tokens=int(getattr(out, "cached_tokens", 0) or 0),
-                    logprobs=None if lps is None else tuple(
-                        TokenLogprobs(float(_get(lp, "logprob")), tuple((int(t), float(v)) for t, v in _get(lp, "top", default=())))
-                        for lp in lps
-                    ),
+                    logprobs=None if lps is None else tuple(_logprobs(lp) for lp in lps),
                     finished=bool(out.finished),
                     finish_reason=out.finish_reason,
-                    queue_time_s=getattr(out, "queue_time", None),
+                    queue_time_s=None if scheduled is None else scheduled - getattr(timing, "arrival_time", scheduled),
                 )
         except self._queue_full as exc:
             raise BackendQueueFull(str(exc)) from None
+        except ValueError as exc:  # the engine validates before it queues: a bad request, not a failure
+            raise BackendRejected(str(exc)) from None
 
     async def abort(self, request_id: str) -> None:
         await self.engine.abort(request_id)

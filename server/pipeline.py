@@ -17,7 +17,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from recipe.server.backend import Backend, BackendQueueFull, GenerationDelta, GenerationParams
+from recipe.server.backend import (
+    Backend,
+    BackendQueueFull,
+    BackendRejected,
+    GenerationDelta,
+    GenerationParams,
+)
 from recipe.server.errors import Api, ApiError
 from recipe.server.limits import Admission, queue_full
 from recipe.server.metrics import RequestTimer, ServerMetrics
@@ -49,6 +55,8 @@ class Generation:
     processors: list[Any]
     finish_reasons: list[str | None] = field(default_factory=list)
     admission: Admission | None = None
+    # Fields the server sets on every Responses response object (store, previous_response_id).
+    response_fields: dict[str, Any] = field(default_factory=dict)
 
     def release(self) -> None:
         """Give back the admission slot taken in `prepare`; safe to call more than once."""
@@ -146,7 +154,10 @@ class Pipeline:
         except self.parts.errors.RequestError as exc:
             raise ApiError(exc.status, exc.message, code="context_length_exceeded") from None
 
-    async def prepare(self, api: Api, request: Any) -> Generation:
+    async def prepare(
+        self, api: Api, request: Any, *, echo: dict[str, Any] | None = None,
+        response_fields: dict[str, Any] | None = None,
+    ) -> Generation:
         self.parts.require("stream", "updates")
         prompt_ids = self.encode(request)
         max_tokens = self.resolve_max_tokens(request, len(prompt_ids))
@@ -169,6 +180,7 @@ class Pipeline:
         response_id = new_response_id(api)
         created = int(time.time())
         card = self.backend.model
+        extra: dict[str, Any] = {"echo": echo} if api == "responses" and echo is not None else {}
         processors = [
             self.parts.stream.StreamProcessor(
                 api,
@@ -178,12 +190,16 @@ class Pipeline:
                 tokenizer=card.tokenizer,
                 output_format=card.chat_format,
                 created=created,
+                choice_index=i,
+                emit_done=n == 1,  # n > 1: one [DONE] after every choice (delivery adds it)
+                **extra,
             )
-            for _ in range(n)
+            for i in range(n)
         ]
         self.admission.enter()  # 429 when full; released when the run ends or the response closes
         return Generation(
-            api, request, prompt_ids, params, response_id, response_id, processors, [None] * n, self.admission
+            api, request, prompt_ids, params, response_id, response_id, processors, [None] * n, self.admission,
+            dict(response_fields or {}),
         )
 
     # -- running -----------------------------------------------------------------------------------------
@@ -234,6 +250,8 @@ class Pipeline:
                     if reason != "abort":
                         out += proc.feed(updates.Finish(reason))
                 if out:
+                    if gen.response_fields:
+                        self._set_response_fields(out, gen.response_fields)
                     yield [(i, e) for e in out]
                 if all(done) or timed_out:
                     break
@@ -243,6 +261,8 @@ class Pipeline:
                 raise RuntimeError("the backend ended a request without finishing every sequence")
         except BackendQueueFull:
             raise queue_full(self.retry_after_s) from None
+        except BackendRejected as exc:
+            raise ApiError(400, str(exc)) from None
         finally:
             deadline.cancel()
             gen.release()
@@ -253,6 +273,13 @@ class Pipeline:
                 await asyncio.shield(self.backend.abort(gen.engine_request_id))
             for reason in gen.finish_reasons:
                 timer.finished(reason or "abort", prompt_tokens)
+
+    @staticmethod
+    def _set_response_fields(events: list[Any], fields: dict[str, Any]) -> None:
+        for event in events:
+            obj = event.data.get("response")
+            if isinstance(obj, dict):
+                obj.update(fields)
 
     def _feed_tokens(self, proc: Any, delta: GenerationDelta, eos: frozenset[int]) -> list[Any]:
         ids = list(delta.token_ids)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 from recipe.server.delivery import collect, json_response, stream_response
 from recipe.server.limits import read_body
@@ -14,22 +12,6 @@ from starlette.responses import Response
 router = APIRouter(tags=["OpenAI Chat Completions"])
 
 
-def merge_choices(responses: list[dict[str, Any]]) -> dict[str, Any]:
-    """One Chat body from the per-choice bodies of `n > 1`: choices re-indexed, completion usage summed."""
-    merged = dict(responses[0])
-    choices = []
-    for index, body in enumerate(responses):
-        for choice in body["choices"]:
-            choices.append({**choice, "index": index})
-    merged["choices"] = choices
-    usage = merged.get("usage")
-    if usage and len(responses) > 1:
-        completion = sum(int(r["usage"]["completion_tokens"]) for r in responses)
-        merged["usage"] = {**usage, "completion_tokens": completion,
-                           "total_tokens": int(usage["prompt_tokens"]) + completion}
-    return merged
-
-
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     state = state_of(request)
@@ -38,4 +20,7 @@ async def chat_completions(request: Request) -> Response:
     gen = await state.pipeline.prepare("chat", converted)
     if gen.stream:
         return await stream_response(request, state.pipeline, gen)
-    return json_response(merge_choices(await collect(request, state.pipeline, gen)))
+    await collect(request, state.pipeline, gen)
+    if len(gen.processors) == 1:
+        return json_response(gen.processors[0].response())
+    return json_response(state.pipeline.parts.stream.merge_choices(gen.processors))

@@ -22,7 +22,8 @@ async def messages(request: Request) -> Response:
     gen = await state.pipeline.prepare("messages", converted)
     if gen.stream:
         return await stream_response(request, state.pipeline, gen)
-    return json_response((await collect(request, state.pipeline, gen))[0])
+    await collect(request, state.pipeline, gen)
+    return json_response(gen.processors[0].response())
 
 
 @router.post("/v1/messages/count_tokens")

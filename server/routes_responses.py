@@ -75,23 +75,21 @@ async def create_response(request: Request) -> Response:
     previous = body.get("previous_response_id")
     store = body.get("store", True) is not False
     converted = state.pipeline.convert("responses", body)
-    gen = await state.pipeline.prepare("responses", converted)
-
-    def finished_response(g: Generation) -> dict[str, Any]:
-        resp = dict(g.processors[0].response())
-        resp["store"] = store
-        resp["previous_response_id"] = previous
-        return resp
+    state.pipeline.parts.require("stream")
+    gen = await state.pipeline.prepare(
+        "responses", converted, echo=state.pipeline.parts.stream.responses_echo(body),
+        response_fields={"store": store, "previous_response_id": previous},
+    )
 
     async def save(g: Generation) -> None:
         if store:
-            await state.store.aput(finished_response(g), full_input)
+            await state.store.aput(g.processors[0].response(), full_input)
 
     if gen.stream:
         return await stream_response(request, state.pipeline, gen, on_complete=save)
     await collect(request, state.pipeline, gen)
     await save(gen)
-    return json_response(finished_response(gen))
+    return json_response(gen.processors[0].response())
 
 
 @router.get("/v1/responses/{response_id}")
