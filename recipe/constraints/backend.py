@@ -53,6 +53,29 @@ class Backend(Protocol):
         """Compile; raise `ConstraintError` with the backend's message when it refuses."""
 
 
+class _NothingMatcher:
+    """Matcher of a constraint no text satisfies: allows no id, never terminates."""
+
+    def fill(self, out: np.ndarray) -> None:
+        out[:] = 0
+
+    def accept(self, token_id: int) -> bool:
+        return False
+
+    def rollback(self, n: int) -> None:
+        return None
+
+    def accepting(self) -> bool:
+        return False
+
+
+class NothingHandle:
+    size_bytes = 64
+
+    def new_matcher(self) -> BackendMatcher:
+        return _NothingMatcher()
+
+
 @dataclass(frozen=True, eq=False)
 class CompiledConstraint:
     """A constraint compiled for one vocabulary; immutable and shareable across requests and threads."""

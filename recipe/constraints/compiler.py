@@ -18,7 +18,7 @@ import json
 import time
 from typing import Any
 
-from recipe.constraints.backend import Backend, CompiledConstraint
+from recipe.constraints.backend import Backend, CompiledConstraint, NothingHandle
 from recipe.constraints.kinds import ConstraintError, check_backend, check_kind
 from recipe.constraints.limits import (
     DEFAULT_LIMITS,
@@ -88,10 +88,13 @@ def _strict_probe(schema: Any, vocab: Vocabulary) -> tuple[Any, str | None]:
         return None, exc.message.removeprefix("llguidance: ")
 
 
-def schema_report(schema: Any, tokenizer: Tokenizer, *, eos_token_ids: tuple[int, ...] | None = None) -> SchemaReport:
+def schema_report(schema: Any, tokenizer: Tokenizer, *, eos_token_ids: tuple[int, ...] | None = None,
+                  resources: dict[str, Any] | None = None) -> SchemaReport:
     """The keyword report alone (what `recipe validate` prints)."""
     schema = parse_schema(schema)
-    norm = normalize(schema)
+    norm = normalize(schema, resources)
+    if norm.schema is False:
+        return build_report(schema, norm, None)
     _, err = _strict_probe(norm.schema, vocabulary_of(tokenizer, eos_token_ids))
     return build_report(schema, norm, err)
 
@@ -103,9 +106,13 @@ def _compile(kind: str, spec: Any, vocab: Vocabulary, backend_name: str, strict:
     if kind not in backend.kinds:
         raise ConstraintError(f"backend {backend_name} does not support constraint kind {kind!r}")
     if kind == "json_schema":
-        norm = normalize(spec)
+        norm = normalize(spec, options.get("resources"))
         if norm.schema is False:
-            raise ConstraintError("schema admits no value, so nothing can be generated")
+            if not options.get("allow_unsatisfiable"):
+                raise ConstraintError("schema admits no value, so nothing can be generated")
+            report = build_report(spec, norm, None)
+            return CompiledConstraint(kind, backend_name, NothingHandle(), vocab, spec, report, spec,
+                                      time.perf_counter() - t0)
         handle, err = _strict_probe(norm.schema, vocab) if backend_name == "llguidance" or strict else (None, None)
         report = build_report(spec, norm, err) if (backend_name == "llguidance" or strict) else None
         if strict and report is not None and not report.enforced_exactly:
@@ -146,6 +153,8 @@ def compile_constraint(
     eos_token_ids: tuple[int, ...] | None = None,
     limits: Limits = DEFAULT_LIMITS,
     cache: ByteBoundedCache | None = CACHE,
+    resources: dict[str, Any] | None = None,
+    allow_unsatisfiable: bool = False,
 ) -> CompiledConstraint:
     """Compile a constraint over `tokenizer`'s vocabulary; raises `ConstraintError` with a clear message.
 
@@ -154,6 +163,8 @@ def compile_constraint(
     "required": bool, "format": "dsml_v4"|"dsml_v41"|"chatml", "thinking": bool}`.
     `eos_token_ids`: stop ids allowed exactly when the matcher can terminate (default: the tokenizer's EOS).
     Compilation runs off the caller's thread and fails after `timeout_s`; results are cached (bounded in bytes).
+    `resources`: URI → schema documents `$ref` may use (never fetched). `allow_unsatisfiable`: a schema that
+    admits no value compiles to a constraint allowing no token (instance checking) instead of an error.
     """
     check_kind(kind)
     name = backend or DEFAULT_BACKEND[kind]
@@ -177,14 +188,17 @@ def compile_constraint(
     key = None
     if cache is not None:
         try:
-            key = (id(vocab), name, kind, strict, json.dumps(spec, sort_keys=True))
+            key = (id(vocab), name, kind, strict, allow_unsatisfiable,
+                   json.dumps([spec, resources], sort_keys=True))
         except (TypeError, ValueError):
             key = None
         hit = cache.get(key) if key is not None else None
         if hit is not None:
             return hit  # type: ignore[no-any-return]
     compiled = run_with_timeout(
-        lambda: _compile(kind, spec, vocab, name, strict, tokenizer, {}), timeout_s, f"the {kind} constraint"
+        lambda: _compile(kind, spec, vocab, name, strict, tokenizer,
+                         {"resources": resources, "allow_unsatisfiable": allow_unsatisfiable}),
+        timeout_s, f"the {kind} constraint",
     )
     if cache is not None and key is not None:
         cache.put(key, compiled, compiled.size_bytes + len(key[-1]))

@@ -51,13 +51,16 @@ class _Recursive(Exception):
     pass
 
 
-def normalize(schema: Any) -> Normalized:
-    """Normalise a JSON Schema (draft 2020-12). Never raises for a well-formed schema."""
+def normalize(schema: Any, resources: dict[str, Any] | None = None) -> Normalized:
+    """Normalise a JSON Schema (draft 2020-12). Never raises for a well-formed schema.
+
+    `resources` maps URIs to schema documents that `$ref` may point to (nothing is ever fetched).
+    """
     if not isinstance(schema, dict | bool):
         raise ConstraintError("a JSON Schema must be an object or a boolean")
     out = Normalized(copy.deepcopy(schema))
     try:
-        inlined = _Inliner(schema, out).run()
+        inlined = _Inliner(schema, out, resources or {}).run()
     except _Recursive:
         out.recursive = True
         return out  # recursive schemas go to the backend as written (it resolves $ref itself)
@@ -72,10 +75,13 @@ def normalize(schema: Any) -> Normalized:
 
 
 class _Inliner:
-    def __init__(self, root: Any, out: Normalized) -> None:
+    def __init__(self, root: Any, out: Normalized, resources: dict[str, Any]) -> None:
         self.out = out
         resource = Resource.from_contents(root, default_specification=DRAFT202012)
-        self.registry: Registry = Registry().with_resource(resource.id() or "", resource)
+        registry: Registry = Registry().with_resources(
+            (uri, Resource.from_contents(doc, default_specification=DRAFT202012)) for uri, doc in resources.items()
+        )
+        self.registry = registry.with_resource(resource.id() or "", resource)
         self.root_resolver = self.registry.resolver(base_uri=resource.id() or "")
         self.root = root
 
@@ -126,7 +132,11 @@ class _Inliner:
 def _simplify(s: Any, out: Normalized) -> Any:
     if isinstance(s, bool) or not isinstance(s, dict):
         return s
-    s = {k: v for k, v in s.items() if k not in ("$defs", "definitions")}
+    s = {k: v for k, v in s.items() if k not in ("$defs", "definitions", "$schema")}
+    for k in _COUNTS:
+        v = s.get(k)
+        if isinstance(v, float) and v.is_integer():
+            s[k] = int(v)  # `2.0` is the count 2 (draft 2020-12); backends want integers
     for k in ("properties", "patternProperties", "dependentSchemas"):
         if isinstance(s.get(k), dict):
             s[k] = {pk: _simplify(pv, out) for pk, pv in s[k].items()}
@@ -224,6 +234,8 @@ def _bounds(s: dict[str, Any]) -> Any:
     return s
 
 
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties", "minContains",
+           "maxContains")
 _TYPE_OF = {"minLength": ("string",), "minItems": ("array",), "minProperties": ("object",)}
 
 
