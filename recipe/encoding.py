@@ -1,0 +1,185 @@
+"""Rendered prompt → token ids (spec §3.2), with template text encoded once and reused.
+
+Plain text between special ranges is encoded without the added vocabulary (so a user who types a
+special-token spelling gets plain ids); each special range contributes the one id of its spelling.
+
+Reuse of template ids. A codec marks fixed template text (`RenderedPrompt.fixed_spans`: tool
+instructions, effort preambles, response-format sections). Its ids are looked up in a per-tokenizer
+cache instead of being re-encoded, but only between *safe cuts*: a special-range boundary, or a
+position `p` with `prompt[p-1] == "\\n"` and `prompt[p]` not whitespace. For the DeepSeek pre-tokenizer
+(digit and CJK isolating splits, then the GPT-style pattern, then byte-level BPE per pre-token) no
+pre-token can span such a cut: a newline is never part of a letter, digit or CJK run, and the only
+pre-tokens that contain a newline (`\\s*[\\r\\n]+`, ` ?[\\p{P}\\p{S}]+[\\r\\n]*`, `\\s+(?!\\S)`) extend
+only over further whitespace. So the ids of the two sides concatenate to the one-pass ids. Where the
+edge of a fixed span is not a safe cut, the span shrinks to its first/last internal safe cut and the
+rest is encoded with its neighbours. `tests/codecs/test_encoding_*` check the rule on random texts and
+the whole result against the reference encoder. Tokenizers whose pre-tokenizer is not that one get
+no reuse (`_reuse_is_proven`).
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from typing import Any
+
+from recipe.codecs.rendered import RenderedPrompt
+from recipe.tokenizer import Tokenizer
+
+_MAX_CACHED = 4096
+_cuts: dict[str, tuple[int, int] | None] = {}
+_fixed_ids: weakref.WeakKeyDictionary[Tokenizer, dict[str, list[int]]] = weakref.WeakKeyDictionary()
+_reuse_ok: weakref.WeakKeyDictionary[Tokenizer, bool] = weakref.WeakKeyDictionary()
+
+# The pre-tokenizer the safe-cut argument above is made for (DeepSeek V3/V4 tokenizer.json).
+_PROVEN_PRE_TOKENIZER: dict[str, Any] = {
+    "type": "Sequence",
+    "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}, "behavior": "Isolated", "invert": False},
+        {"type": "Split", "pattern": {"Regex": "[一-龥぀-ゟ゠-ヿ]+"}, "behavior": "Isolated", "invert": False},
+        {
+            "type": "Split",
+            "pattern": {
+                "Regex": "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?"
+                "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
+            },
+            "behavior": "Isolated",
+            "invert": False,
+        },
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+    ],
+}
+
+
+def is_safe_cut(text: str, pos: int) -> bool:
+    """Whether encoding `text[:pos]` and `text[pos:]` separately gives the ids of `text` (see module doc)."""
+    return 0 < pos < len(text) and text[pos - 1] == "\n" and not text[pos].isspace()
+
+
+def _reuse_is_proven(tokenizer: Tokenizer) -> bool:
+    ok = _reuse_ok.get(tokenizer)
+    if ok is None:
+        spec = json.loads(tokenizer.plain.to_str())
+        ok = spec.get("pre_tokenizer") == _PROVEN_PRE_TOKENIZER and not (spec.get("normalizer") or {}).get(
+            "normalizers"
+        )
+        _reuse_ok[tokenizer] = ok
+    return ok
+
+
+def _internal_cuts(fixed: str) -> tuple[int, int] | None:
+    """First and last safe cut strictly inside `fixed`, or `None` when it has none."""
+    try:
+        return _cuts[fixed]
+    except KeyError:
+        pass
+    first = last = -1
+    at = fixed.find("\n")
+    while at >= 0:
+        if is_safe_cut(fixed, at + 1):
+            if first < 0:
+                first = at + 1
+            last = at + 1
+        at = fixed.find("\n", at + 1)
+    found = (first, last) if first > 0 else None
+    if len(_cuts) >= _MAX_CACHED:
+        _cuts.clear()
+    _cuts[fixed] = found
+    return found
+
+
+def _fixed_ids_of(tokenizer: Tokenizer) -> dict[str, list[int]]:
+    cache = _fixed_ids.get(tokenizer)
+    if cache is None:
+        cache = _fixed_ids[tokenizer] = {}
+    return cache
+
+
+def encode_rendered(rendered: RenderedPrompt, tokenizer: Tokenizer) -> list[int]:
+    """Token ids of a rendered prompt.
+
+    Raises `recipe.tokenizer.MissingSpecialTokenError` naming a special spelling the tokenizer lacks.
+    """
+    prompt = rendered.prompt
+    reuse = bool(rendered.fixed_spans) and _reuse_is_proven(tokenizer)
+    cache = _fixed_ids_of(tokenizer) if reuse else {}
+    fixed = rendered.fixed_spans if reuse else ()
+    fixed_i, n_fixed = 0, len(fixed)
+
+    # pieces: an int (special id), a list (cached ids) or a str (text still to encode).
+    pieces: list[int | list[int] | str] = []
+    pending: list[str] = []
+
+    def plain(a: int, b: int) -> None:
+        nonlocal fixed_i
+        cur = a
+        while fixed_i < n_fixed and fixed[fixed_i][0] < b:
+            fs, fe = fixed[fixed_i]
+            fixed_i += 1
+            if fe <= cur:
+                continue
+            fs = max(fs, cur)
+            fe = min(fe, b)
+            lo = fs if fs == a or is_safe_cut(prompt, fs) else -1
+            hi = fe if fe == b or is_safe_cut(prompt, fe) else -1
+            if lo < 0 or hi < 0:
+                cuts = _internal_cuts(prompt[fs:fe])
+                if cuts is None:
+                    continue
+                if lo < 0:
+                    lo = fs + cuts[0]
+                if hi < 0:
+                    hi = fs + cuts[1]
+                if lo >= hi:
+                    continue
+            key = prompt[lo:hi]
+            ids = cache.get(key)
+            if ids is None:
+                ids = tokenizer.encode_plain(key)
+                if len(cache) >= _MAX_CACHED:
+                    cache.clear()
+                cache[key] = ids
+            if lo > cur:
+                pending.append(prompt[cur:lo])
+                pieces.append(pending[-1])
+            pieces.append(ids)
+            cur = hi
+        if cur < b:
+            pending.append(prompt[cur:b])
+            pieces.append(pending[-1])
+
+    pos = 0
+    for start, end in rendered.special_ranges:
+        if start > pos:
+            plain(pos, start)
+        pieces.append(tokenizer.special_id(prompt[start:end]))
+        pos = end
+    if pos < len(prompt):
+        plain(pos, len(prompt))
+
+    if len(pending) == 1:
+        encoded = iter([tokenizer.encode_plain(pending[0])])
+    else:
+        encoded = iter(tokenizer.encode_plain_batch(pending) if pending else [])
+    out: list[int] = []
+    for piece in pieces:
+        if type(piece) is int:
+            out.append(piece)
+        elif type(piece) is list:
+            out.extend(piece)
+        else:
+            out.extend(next(encoded))
+    return out
+
+
+def encode_rendered_uncached(rendered: RenderedPrompt, tokenizer: Tokenizer) -> list[int]:
+    """The plain algorithm of spec §3.2 without template reuse: the oracle for `encode_rendered`."""
+    prompt = rendered.prompt
+    out: list[int] = []
+    pos = 0
+    for start, end in rendered.special_ranges:
+        out.extend(tokenizer.encode_plain_one_pass(prompt[pos:start]))
+        out.append(tokenizer.special_id(prompt[start:end]))
+        pos = end
+    out.extend(tokenizer.encode_plain_one_pass(prompt[pos:]))
+    return out
