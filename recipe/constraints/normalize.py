@@ -45,6 +45,7 @@ class Normalized:
     rewritten: set[str] = field(default_factory=set)
     unresolved_refs: list[str] = field(default_factory=list)
     recursive: bool = False
+    negations: bool = True
 
 
 class _Recursive(Exception):
@@ -64,6 +65,9 @@ def normalize(schema: Any, resources: dict[str, Any] | None = None) -> Normalize
     except _Recursive:
         out.recursive = True
         return out  # recursive schemas go to the backend as written (it resolves $ref itself)
+    text = json.dumps(inlined)
+    # a failed `not`/`if` evaluates nothing, but its negation would: no negation rewrites near unevaluated*
+    out.negations = "unevaluatedProperties" not in text and "unevaluatedItems" not in text
     try:
         out.schema = _simplify(inlined, out)
     except RecursionError:
@@ -122,7 +126,9 @@ class _Inliner:
             self.out.rewritten.add("$ref")
             if not result or all(k in ANNOTATIONS for k in result):
                 return target
-            return {"allOf": [target, result]}
+            # keep the target adjacent to its siblings (unevaluated* must still see what it evaluates)
+            result["allOf"] = [target, *result.get("allOf", [])]
+            return result
         return result
 
 
@@ -157,21 +163,31 @@ def _simplify(s: Any, out: Normalized) -> Any:
         for key, sub in s.pop("dependentSchemas").items():
             conj.append({"anyOf": [{"properties": {key: False}}, {"allOf": [{"required": [key]}, sub]}]})
         out.rewritten.add("dependentSchemas")
-    if "if" in s:
+    if "if" in s and out.negations:
         neg = negate(s["if"])
         if neg is not None:
             cond, then, els = s.pop("if"), s.pop("then", True), s.pop("else", True)
             conj.append({"anyOf": [{"allOf": [cond, then]}, {"allOf": [neg, els]}]})
             out.rewritten.update(("if", "then", "else"))
-    else:
+    elif "if" not in s:
         s.pop("then", None), s.pop("else", None)
-    if "not" in s:
+    if "not" in s and out.negations:
         neg = negate(s["not"])
         if neg is not None:
             del s["not"]
             conj.append(neg)
             out.rewritten.add("not")
-    if isinstance(s.get("oneOf"), list) and len(s["oneOf"]) <= 8:
+    if isinstance(s.get("oneOf"), list) and s["oneOf"] and all(isinstance(b, bool) for b in s["oneOf"]):
+        if s.pop("oneOf").count(True) != 1:
+            return False  # exactly one branch must hold; booleans decide it for every instance
+        out.rewritten.add("oneOf")
+    if "propertyNames" in s:
+        names = _names_as_shape(s["propertyNames"], s)
+        if names is not None:
+            s.pop("propertyNames")
+            s.update(names)
+            out.rewritten.add("propertyNames")
+    if isinstance(s.get("oneOf"), list) and len(s["oneOf"]) <= 8 and out.negations:
         branches = s["oneOf"]
         negs = [negate(b) for b in branches]
         if all(n is not None for n in negs):
@@ -193,22 +209,65 @@ def _simplify(s: Any, out: Normalized) -> Any:
     return s
 
 
-def _distribute(s: Any, out: Normalized) -> Any:
-    """Push the rest of a schema into each anyOf branch when it holds unevaluated* (so they can resolve)."""
+def _names_as_shape(names: Any, s: dict[str, Any]) -> dict[str, Any] | None:
+    """`propertyNames` as properties/patternProperties + additionalProperties: false, when exact."""
+    if any(k in s for k in ("properties", "patternProperties", "additionalProperties", "unevaluatedProperties")):
+        return None
+    if names is True or names == {}:
+        return {}
+    if names is False:
+        return {"additionalProperties": False}
+    if not isinstance(names, dict):
+        return None
+    keys = set(names) - ANNOTATIONS - {"type"}
+    if names.get("type", "string") != "string":
+        return None
+    if keys == {"const"} and isinstance(names["const"], str):
+        return {"properties": {names["const"]: True}, "additionalProperties": False}
+    if keys == {"enum"} and isinstance(names["enum"], list) and all(isinstance(x, str) for x in names["enum"]):
+        return {"properties": dict.fromkeys(names["enum"], True), "additionalProperties": False}
+    if keys == {"pattern"} and isinstance(names["pattern"], str):
+        return {"patternProperties": {names["pattern"]: True}, "additionalProperties": False}
+    if keys and keys <= {"minLength", "maxLength"}:
+        lo, hi = names.get("minLength", 0), names.get("maxLength", "")
+        if isinstance(lo, int) and (hi == "" or isinstance(hi, int)):
+            return {"patternProperties": {f"^[\\s\\S]{{{lo},{hi}}}$": True}, "additionalProperties": False}
+    return None
+
+
+def _distribute(s: Any, out: Normalized, budget: int = _MAX_BRANCHES) -> Any:
+    """S ∧ (A ∨ B) → (S ∧ A) ∨ (S ∧ B) when S holds unevaluated*, so each branch can resolve them.
+
+    Exact for instances matching one branch; an instance matching several may lose annotations from the
+    others and be rejected (a subset, never a superset).
+    """
     if not isinstance(s, dict) or not ("unevaluatedProperties" in s or "unevaluatedItems" in s):
         return s
-    if "allOf" in s:
+    branches: list[Any] | None = None
+    rest = dict(s)
+    if isinstance(s.get("anyOf"), list):
+        branches = rest.pop("anyOf")
+    elif isinstance(s.get("allOf"), list):
+        for i, x in enumerate(s["allOf"]):
+            if isinstance(x, dict) and set(x) == {"anyOf"} and isinstance(x["anyOf"], list):
+                branches = x["anyOf"]
+                others = s["allOf"][:i] + s["allOf"][i + 1 :]
+                if others:
+                    rest["allOf"] = others
+                else:
+                    rest.pop("allOf")
+                break
+    if branches is None or not branches or len(branches) > budget:
         return s
-    for key in ("anyOf", "oneOf"):
-        branches = s.get(key)
-        if isinstance(branches, list) and key == "anyOf" and 0 < len(branches) <= _MAX_BRANCHES:
-            rest = {k: v for k, v in s.items() if k != key}
-            new = []
-            for b in branches:
-                m = merge_all([rest, b])
-                new.append(_unevaluated(m, out) if isinstance(m, dict) else m)
-            return {"anyOf": new}
-    return s
+    new = []
+    for b in branches:
+        m = merge_all([rest, b])
+        if isinstance(m, dict):
+            m = _distribute(m, out, budget // len(branches))
+            if isinstance(m, dict):
+                m = _unevaluated(m, out)
+        new.append(m)
+    return {"anyOf": new}
 
 
 def _unevaluated(s: dict[str, Any], out: Normalized) -> Any:
@@ -292,7 +351,12 @@ def _merge_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | bool |
     # object shape keywords depend on the sibling `properties`; only merge when one side is plain
     a_shape = any(k in a for k in _OBJECT_SHAPE)
     b_shape = any(k in b for k in _OBJECT_SHAPE)
-    if (a_shape and ("properties" in b or b_shape)) or (b_shape and ("properties" in a or a_shape)):
+    # `a` (the parent) with only unevaluatedProperties sees what `b` evaluates: merging keeps that exact
+    a_uneval_only = "unevaluatedProperties" in a and "additionalProperties" not in a
+    b_open = "additionalProperties" not in b and "unevaluatedProperties" not in b
+    if not (a_uneval_only and b_open) and (
+        (a_shape and ("properties" in b or b_shape)) or (b_shape and ("properties" in a or a_shape))
+    ):
         return None
     if any(k in a for k in _ARRAY_SHAPE) and any(k in b for k in _ARRAY_SHAPE):
         if not (set(a) & set(b) & set(_ARRAY_SHAPE)) <= {"items"} or "prefixItems" in a or "prefixItems" in b:
