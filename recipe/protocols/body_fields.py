@@ -1,0 +1,204 @@
+"""Typed readers for decoded request bodies, rejecting wrong shapes with the reference's messages.
+
+The reference deserialises bodies with serde; its messages name what was found and what was
+expected (``invalid type: string "x", expected u32``). These readers check one value each and raise
+a parse `RequestError` with the same words, prefixed `invalid request body: `. Callers walk object
+keys in document order, as serde does, so the first offending field wins; missing required fields
+are reported after the walk.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from recipe.errors import RequestError, parse_error
+
+U8_MAX = 2**8 - 1
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
+
+
+def fail(message: str) -> NoReturn:
+    raise parse_error(f"invalid request body: {message}")
+
+
+def _rust_debug_str(s: str) -> str:
+    out = ['"']
+    for ch in s:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\0":
+            out.append("\\0")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{{{ord(ch):x}}}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _float_text(x: float) -> str:
+    if math.isfinite(x):
+        return repr(x)
+    return "NaN" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def unexpected(value: Any) -> str:
+    """serde's description of a JSON value it did not expect."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return f"boolean `{'true' if value else 'false'}`"
+    if isinstance(value, int):
+        return f"integer `{value}`"
+    if isinstance(value, float):
+        return f"floating point `{_float_text(value)}`"
+    if isinstance(value, str):
+        return f"string {_rust_debug_str(value)}"
+    if isinstance(value, list):
+        return "sequence"
+    return "map"
+
+
+def invalid_type(value: Any, expected: str) -> NoReturn:
+    fail(f"invalid type: {unexpected(value)}, expected {expected}")
+
+
+def missing(field: str) -> NoReturn:
+    fail(f"missing field `{field}`")
+
+
+def unknown_variant(value: str, variants: Sequence[str]) -> NoReturn:
+    if len(variants) == 1:
+        fail(f"unknown variant `{value}`, expected `{variants[0]}`")
+    listed = ", ".join(f"`{v}`" for v in variants)
+    fail(f"unknown variant `{value}`, expected one of {listed}")
+
+
+def string(value: Any) -> str:
+    if not isinstance(value, str):
+        invalid_type(value, "a string")
+    return value
+
+
+def opt_string(value: Any) -> str | None:
+    return None if value is None else string(value)
+
+
+def boolean(value: Any) -> bool:
+    if value is not True and value is not False:
+        invalid_type(value, "a boolean")
+    return value
+
+
+def opt_bool(value: Any) -> bool | None:
+    return None if value is None else boolean(value)
+
+
+def unsigned(value: Any, bits: int) -> int:
+    """An unsigned integer of `bits` bits (serde's `u8`/`u32`/`u64`)."""
+    name = f"u{bits}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        invalid_type(value, name)
+    if value < 0 or value >= 2**bits:
+        fail(f"invalid value: integer `{value}`, expected {name}")
+    return value
+
+
+def opt_unsigned(value: Any, bits: int) -> int | None:
+    return None if value is None else unsigned(value, bits)
+
+
+def float32(value: Any) -> float:
+    """A number read as serde's `f32` (integers accepted); returns the f32-rounded value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        invalid_type(value, "f32")
+    return to_f32(float(value))
+
+
+def opt_float32(value: Any) -> float | None:
+    return None if value is None else float32(value)
+
+
+def to_f32(x: float) -> float:
+    import struct
+
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def sequence(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        invalid_type(value, "a sequence")
+    return value
+
+
+def each(reader: Callable[[Any], Any], *, optional: bool = True) -> Callable[[Any], None]:
+    """A reader of a sequence whose items `reader` checks (null allowed when `optional`)."""
+
+    def read(value: Any) -> None:
+        if value is None and optional:
+            return
+        for item in sequence(value):
+            reader(item)
+
+    return read
+
+
+def optional(reader: Callable[[Any], Any]) -> Callable[[Any], None]:
+    """`reader` for a value that may be null."""
+
+    def read(value: Any) -> None:
+        if value is not None:
+            reader(value)
+
+    return read
+
+
+def mapping(value: Any, struct_name: str) -> dict[str, Any]:
+    """An object for a serde struct named `struct_name` (a JSON array is read positionally: rejected)."""
+    if isinstance(value, dict):
+        return value
+    invalid_type(value, f"struct {struct_name}")
+
+
+def variant(value: Any, variants: Sequence[str]) -> str:
+    """A unit enum given as a string."""
+    if not isinstance(value, str):
+        invalid_type(value, "a string" if len(variants) else "variant identifier")
+    if value not in variants:
+        unknown_variant(value, variants)
+    return value
+
+
+def tag(obj: dict[str, Any], key: str, variants: Sequence[str], enum_name: str) -> str:
+    """The tag of an internally tagged enum (`{"type": ...}`)."""
+    if key not in obj:
+        missing(key)
+    value = obj[key]
+    if not isinstance(value, str):
+        invalid_type(value, "variant identifier")
+    if value not in variants:
+        unknown_variant(value, variants)
+    return value
+
+
+def tagged_object(value: Any, enum_name: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        invalid_type(value, f"internally tagged enum {enum_name}")
+    return value
+
+
+__all__ = ["U8_MAX", "U32_MAX", "U64_MAX", "RequestError"]

@@ -1,0 +1,459 @@
+"""OpenAI Chat Completions request bodies → `ConversationRequest` (codec-spec §1, Chat rows).
+
+`parse(body)` checks the body's shape and returns the decoded object, with errors worded like the
+reference's deserialiser; `convert(obj, options)` applies the conversion rules in the reference's
+validation order: model → messages → `json` word → tools → stop → stream_options → n → penalties →
+temperature → top_p → top_logprobs → max_tokens → seed.
+
+Beyond the reference (documented): `n` up to `options.max_n` (reference: only 1), `presence_penalty`
+and `frequency_penalty` kept in `InferenceOptions`, `stream_options.include_usage` kept in
+`ConversationRequest.include_usage`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recipe.conversation import (
+    Conversation,
+    ImageSource,
+    InferenceOptions,
+    Message,
+    ModelVersion,
+    ResponseFormat,
+    ToolCall,
+)
+from recipe.errors import conversion_error
+from recipe.protocols import body_fields as bf
+from recipe.protocols import sampling
+from recipe.protocols.assemble import (
+    build_request,
+    mentions_json,
+    resolve_model,
+    response_constraint,
+    settle_reasoning,
+)
+from recipe.protocols.images import IMAGE_PLACEHOLDER, UNSUPPORTED_IMAGE, image_source_from_url
+from recipe.protocols.json_syntax import load_json
+from recipe.protocols.options import ConversionOptions
+from recipe.protocols.tools import (
+    ABSENT,
+    ToolSpec,
+    finish_tools,
+    normalize_strict_schema,
+    tool_constraint,
+    validate_schema_document,
+)
+
+ROLES = ("system", "user", "assistant", "tool", "latest_reminder")
+PART_TYPES = ("text", "image_url", "file")
+DETAILS = ("low", "high", "original", "auto")
+FORMAT_TYPES = ("json_object", "json_schema", "regex", "text")
+STRUCT = "ChatCompletionRequest"
+STRUCT_FIELDS = 20
+
+# ----------------------------------------------------------------------------------------------------
+# Shape
+# ----------------------------------------------------------------------------------------------------
+
+
+def _content(value: Any, optional: bool) -> Any:
+    if value is None and optional:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return [_part(p) for p in value]
+    bf.fail("content should be a string or a list")
+
+
+def _part(value: Any) -> dict[str, Any]:
+    obj = bf.tagged_object(value, "ChatCompletionRequestContentBlock")
+    kind = bf.tag(obj, "type", PART_TYPES, "ChatCompletionRequestContentBlock")
+    if kind == "text":
+        if "text" not in obj:
+            bf.missing("text")
+        bf.string(obj["text"])
+    elif kind == "image_url":
+        if "image_url" not in obj:
+            bf.missing("image_url")
+        img = bf.mapping(obj["image_url"], "ChatCompletionImageUrl")
+        for k, v in img.items():
+            if k == "url":
+                bf.string(v)
+            elif k == "detail" and v is not None:
+                bf.variant(v, DETAILS)
+        if "url" not in img:
+            bf.missing("url")
+    else:
+        if "file" not in obj:
+            bf.missing("file")
+    return obj
+
+
+def _tool_call(value: Any) -> None:
+    obj = bf.mapping(value, "ChatCompletionMessageToolCall")
+    for k, v in obj.items():
+        if k == "id":
+            bf.string(v)
+        elif k == "type":
+            bf.variant(v, ("function",))
+        elif k == "function":
+            fn = bf.mapping(v, "FunctionCall")
+            for fk, fv in fn.items():
+                if fk in ("name", "arguments"):
+                    bf.string(fv)
+            for req in ("name", "arguments"):
+                if req not in fn:
+                    bf.missing(req)
+    for req in ("id", "type", "function"):
+        if req not in obj:
+            bf.missing(req)
+
+
+def _message(value: Any) -> dict[str, Any]:
+    obj = bf.tagged_object(value, "ChatCompletionRequestMessage")
+    role = bf.tag(obj, "role", ROLES, "ChatCompletionRequestMessage")
+    for k, v in obj.items():
+        if k == "content":
+            _content(v, optional=role == "assistant")
+        elif k == "name":
+            bf.opt_string(v)
+        elif role == "assistant":
+            if k == "reasoning_content":
+                bf.opt_string(v)
+            elif k == "tool_calls" and v is not None:
+                for c in bf.sequence(v):
+                    _tool_call(c)
+            elif k == "prefix":
+                bf.opt_bool(v)
+        elif role == "tool" and k == "tool_call_id":
+            bf.string(v)
+    if role != "assistant" and "content" not in obj:
+        bf.missing("content")
+    if role == "tool" and "tool_call_id" not in obj:
+        bf.missing("tool_call_id")
+    return obj
+
+
+def _response_format(value: Any) -> None:
+    obj = bf.tagged_object(value, "ChatCompletionResponseFormat")
+    kind = bf.tag(obj, "type", FORMAT_TYPES, "ChatCompletionResponseFormat")
+    if kind == "json_schema":
+        if "json_schema" not in obj:
+            bf.missing("json_schema")
+        js = bf.mapping(obj["json_schema"], "JsonSchema")
+        for k, v in js.items():
+            if k in ("name", "description"):
+                bf.opt_string(v) if k == "description" else bf.string(v)
+            elif k == "strict":
+                bf.opt_bool(v)
+        for req in ("name", "schema"):
+            if req not in js:
+                bf.missing(req)
+    elif kind == "regex":
+        if "regex" not in obj:
+            bf.missing("regex")
+        bf.string(obj["regex"])
+
+
+def _tool(value: Any) -> None:
+    obj = bf.mapping(value, "ChatCompletionTool")
+    for k, v in obj.items():
+        if k == "type":
+            bf.variant(v, ("function",))
+        elif k == "function":
+            fn = bf.mapping(v, "FunctionObject")
+            for fk, fv in fn.items():
+                if fk == "name":
+                    bf.string(fv)
+                elif fk == "description":
+                    bf.opt_string(fv)
+                elif fk == "strict":
+                    bf.opt_bool(fv)
+            if "name" not in fn:
+                bf.missing("name")
+    for req in ("type", "function"):
+        if req not in obj:
+            bf.missing(req)
+
+
+def _tool_choice(value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, str) and value in ("none", "auto", "required"):
+        return
+    fn = value.get("function") if isinstance(value, dict) else None
+    if isinstance(value, dict) and value.get("type") == "function" and isinstance(fn, dict) and isinstance(fn.get("name"), str):
+        return
+    bf.fail("expected one of `none`, `auto`, `required` or a tool")
+
+
+def _stream_options(value: Any) -> None:
+    if value is None:
+        return
+    obj = bf.mapping(value, "ChatCompletionStreamOptions")
+    for k, v in obj.items():
+        if k == "include_usage":
+            bf.opt_bool(v)
+
+
+_FIELD_READERS: dict[str, Any] = {
+    "model": bf.string,
+    "messages": bf.each(_message, optional=False),
+    "temperature": bf.opt_float32,
+    "top_p": bf.opt_float32,
+    "presence_penalty": bf.opt_float32,
+    "frequency_penalty": bf.opt_float32,
+    "max_tokens": lambda v: bf.opt_unsigned(v, 32),
+    "n": lambda v: bf.opt_unsigned(v, 8),
+    "top_logprobs": lambda v: bf.opt_unsigned(v, 8),
+    "seed": lambda v: bf.opt_unsigned(v, 64),
+    "logprobs": bf.opt_bool,
+    "stream": bf.opt_bool,
+    "stop": sampling.read_stop,
+    "stream_options": _stream_options,
+    "response_format": bf.optional(_response_format),
+    "tools": bf.each(_tool),
+    "tool_choice": _tool_choice,
+    "thinking": lambda v: sampling.read_thinking(v, "ChatCompletionThinking"),
+    "reasoning_effort": sampling.read_effort,
+    "user": bf.opt_string,
+}
+
+
+def parse(body: bytes | str | dict[str, Any]) -> dict[str, Any]:
+    """The decoded body, shape-checked; raises a parse `RequestError` like the reference's."""
+    obj = body if isinstance(body, dict) else load_json(body)
+    if isinstance(obj, list):
+        if not obj:
+            bf.fail(f"invalid length 0, expected struct {STRUCT} with {STRUCT_FIELDS} elements")
+        bf.invalid_type(obj[0], "a sequence")
+    obj = bf.mapping(obj, STRUCT)
+    for key, value in obj.items():
+        reader = _FIELD_READERS.get(key)
+        if reader is not None:
+            reader(value)
+    for req in ("messages", "model"):
+        if req not in obj:
+            bf.missing(req)
+    return obj
+
+
+# ----------------------------------------------------------------------------------------------------
+# Conversion
+# ----------------------------------------------------------------------------------------------------
+
+
+def _convert_content(content: Any, role: str, index: int, version: ModelVersion) -> tuple[str, tuple[ImageSource, ...]]:
+    if content is None:
+        return "", ()
+    if isinstance(content, str):
+        return content, ()
+    texts: list[str] = []
+    images: list[ImageSource] = []
+    path = f".messages[{index}]"
+    for part in content:
+        kind = part["type"]
+        if kind == "text":
+            texts.append(part["text"])
+        elif version is ModelVersion.V4:
+            texts.append(UNSUPPORTED_IMAGE)
+        elif kind == "file":
+            raise conversion_error(f"{path}: file must have a file_id or file_data")
+        else:
+            if role == "assistant":
+                raise conversion_error("Image in assistant message is not supported")
+            img = part["image_url"]
+            images.append(image_source_from_url(img["url"], img.get("detail") or "high", path))
+            texts.append(IMAGE_PLACEHOLDER)
+    return "\n\n".join(texts), tuple(images)
+
+
+def _convert_messages(raw: list[dict[str, Any]], version: ModelVersion) -> list[Message]:
+    if not raw:
+        raise conversion_error("Empty input messages")
+    out: list[Message] = []
+    pending: list[str] = []
+    insufficient = (
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+        "'tool_call_id'. (insufficient tool messages following tool_calls message)"
+    )
+    last = len(raw) - 1
+    for i, m in enumerate(raw):
+        role = m["role"]
+        if role != "tool" and pending:
+            raise conversion_error(insufficient)
+        if role == "tool":
+            call_id = m["tool_call_id"]
+            if call_id not in pending:
+                raise conversion_error("Messages with role 'tool' must be a response to a preceding message with 'tool_calls'")
+            pending.remove(call_id)
+            content, images = _convert_content(m["content"], role, i, version)
+            out.append(Message(role="tool", content=content, tool_call_id=call_id, image_sources=images))
+            continue
+        if role == "assistant":
+            content_raw = m.get("content")
+            calls_raw = m.get("tool_calls")
+            if content_raw is None and calls_raw is None:
+                raise conversion_error("Invalid assistant message: content or tool_calls must be set")
+            if calls_raw is not None and not calls_raw:
+                raise conversion_error(
+                    f"Invalid 'messages[{i}].tool_calls': empty array. Expected an array with minimum length 1, but got an empty array instead."
+                )
+            prefix = bool(m.get("prefix"))
+            if prefix and i != last:
+                raise conversion_error(
+                    "Invalid completion message: prefix set true with message which is not final message or message role is not assistant"
+                )
+            content, _ = _convert_content(content_raw, role, i, version)
+            calls = None
+            if calls_raw is not None:
+                calls = tuple(
+                    ToolCall(id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"]) for c in calls_raw
+                )
+                pending = [c.id for c in calls]
+            out.append(
+                Message(
+                    role="assistant",
+                    content=content,
+                    reasoning_content=m.get("reasoning_content"),
+                    tool_calls=calls,
+                    prefix=prefix,
+                )
+            )
+            continue
+        content, images = _convert_content(m["content"], role, i, version)
+        out.append(Message(role=role, content=content, image_sources=images))
+    if pending:
+        raise conversion_error(insufficient)
+    return out
+
+
+def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
+    """A parsed body → `ConversationRequest` (raises a conversion `RequestError`)."""
+    model: str = obj["model"]
+    version = resolve_model(model, options)
+    thinking_flag = sampling.read_thinking(obj.get("thinking"), "ChatCompletionThinking")
+    effort = obj.get("reasoning_effort")
+    if thinking_flag is None:
+        thinking = False if effort == "none" else options.default_thinking_mode
+    else:
+        thinking = thinking_flag
+    messages = _convert_messages(obj["messages"], version)
+    prefix = messages[-1].role == "assistant" and messages[-1].prefix
+    tools_raw = obj.get("tools")
+    fmt: dict[str, Any] | None = obj.get("response_format")
+    fmt_type: ResponseFormat = fmt["type"] if fmt is not None else "text"
+    if prefix and fmt_type == "json_object":
+        raise conversion_error("response_format json_object should not be used with prefix")
+    if fmt_type == "json_object" and not mentions_json(messages):
+        raise conversion_error(
+            "Prompt must contain the word 'json' in some form to use 'response_format' of type 'json_object'."
+        )
+    # tools
+    choice_raw = obj.get("tool_choice")
+    named = None
+    choice = "auto"
+    if isinstance(choice_raw, dict):
+        choice, named = "named", choice_raw["function"]["name"]
+    elif isinstance(choice_raw, str):
+        choice = choice_raw
+    specs = [
+        ToolSpec(
+            name=t["function"]["name"],
+            description=t["function"].get("description"),
+            parameters=t["function"]["parameters"]
+            if t["function"].get("parameters") is not None
+            else ABSENT,
+            strict=t["function"].get("strict"),
+            name_path=f"tools[{i}].function.name",
+        )
+        for i, t in enumerate(tools_raw or ())
+    ]
+    selection = finish_tools(specs, choice, named, thinking)
+    if prefix and tools_raw:
+        raise conversion_error("Function call should not be used with prefix")
+    if selection.strict and selection.tools and fmt is not None:
+        raise conversion_error("response_format should not be used with tools")
+    # response format
+    schema = regex = None
+    strict_schema = None
+    if fmt is not None and fmt_type == "json_schema":
+        js = fmt["json_schema"]
+        schema = js["schema"]
+        if js.get("strict"):
+            strict_schema = normalize_strict_schema(schema, prefix="Invalid json schema: ", require_object=False)
+        else:
+            validate_schema_document(schema, "Invalid json schema: ")
+    elif fmt is not None and fmt_type == "regex":
+        regex = fmt["regex"]
+    stop = sampling.check_stop(obj.get("stop") if not isinstance(obj.get("stop"), str) else (obj["stop"],))
+    stream = bool(obj.get("stream"))
+    stream_options = obj.get("stream_options")
+    if stream_options is not None and not stream:
+        raise conversion_error("stream_options should be set along with stream = true")
+    n = obj.get("n")
+    if n is not None and not (1 <= n <= options.max_n):
+        raise conversion_error(f"Invalid n value, the valid range of n is [1, {options.max_n}]")
+    presence = bf.opt_float32(obj.get("presence_penalty"))
+    frequency = bf.opt_float32(obj.get("frequency_penalty"))
+    if presence is not None and not (-2.0 <= presence <= 2.0):
+        raise conversion_error("Invalid presence_penalty value, the valid range of presence_penalty is [-2, 2]")
+    if frequency is not None and not (-2.0 <= frequency <= 2.0):
+        raise conversion_error("Invalid frequency_penalty value, the valid range of frequency_penalty is [-2, 2]")
+    temperature = bf.opt_float32(obj.get("temperature"))
+    top_p = bf.opt_float32(obj.get("top_p"))
+    sampling.check_temperature(temperature)
+    sampling.check_top_p(top_p)
+    logprobs = bool(obj.get("logprobs"))
+    top_logprobs = obj.get("top_logprobs")
+    if top_logprobs is not None and not logprobs:
+        raise conversion_error(
+            "Invalid top_logprobs and logprobs value, logprobs must be set to true if top_logprobs is used."
+        )
+    sampling.check_top_logprobs(top_logprobs)
+    max_tokens = sampling.check_max_tokens(obj.get("max_tokens"), options.max_tokens_upper_bound(thinking))
+    seed = obj.get("seed")
+    if seed is not None and seed >= 2**63:
+        raise conversion_error("Invalid seed value, the valid range of seed is [0, 2^63)")
+
+    messages = settle_reasoning(messages, thinking, options)
+    conversation = Conversation(
+        messages=tuple(messages),
+        thinking_mode=thinking,
+        tools=selection.tools,
+        tool_choice=selection.choice,  # type: ignore[arg-type]
+        reasoning_effort=sampling.resolve_effort(thinking, effort),
+        response_format=fmt_type,
+        response_schema=schema,
+        response_regex=regex,
+    )
+    t, p = sampling.resolve_sampling(version, thinking, bool(selection.tools), temperature, top_p)
+    constraint = (
+        tool_constraint(selection.tools, selection.choice)
+        if selection.tools
+        else response_constraint(conversation, strict_schema)
+    )
+    inference = InferenceOptions(
+        max_tokens=max_tokens,
+        temperature=t,
+        top_p=p,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        seed=seed,
+        output_constraint=constraint,
+        n=n or 1,
+        presence_penalty=presence,
+        frequency_penalty=frequency,
+    )
+    include_usage = bool(stream_options and stream_options.get("include_usage"))
+    return build_request(
+        conversation=conversation,
+        version=version,
+        model=model,
+        inference=inference,
+        stop=stop,
+        stream=stream,
+        include_usage=include_usage,
+    )

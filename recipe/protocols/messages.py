@@ -1,0 +1,471 @@
+"""Anthropic Messages request bodies → `ConversationRequest` (codec-spec §1, Messages rows).
+
+Validation order as the reference's: model → server tools → messages → tool uniqueness → stop →
+temperature → top_p → max_tokens. `max_tokens` is optional; above the bound it is clamped, not
+rejected. A trailing assistant message is a closed turn, not a prefill.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from recipe.conversation import Conversation, ImageSource, InferenceOptions, Message, ModelVersion, ToolCall
+from recipe.errors import conversion_error
+from recipe.protocols import body_fields as bf
+from recipe.protocols import sampling
+from recipe.protocols.assemble import build_request, resolve_model, settle_reasoning
+from recipe.protocols.images import IMAGE_PLACEHOLDER, UNSUPPORTED_IMAGE
+from recipe.protocols.json_syntax import load_json
+from recipe.protocols.options import ConversionOptions
+from recipe.protocols.prompt_json import dumps as prompt_json
+from recipe.protocols.tools import ToolSpec, check_name, finish_tools, tool_constraint
+
+ROLES = ("user", "assistant", "system")
+BLOCK_TYPES = (
+    "text",
+    "image",
+    "document",
+    "thinking",
+    "server_tool_use",
+    "tool_use",
+    "tool_result",
+    "web_search_tool_result",
+    "tool_addition",
+)
+MEDIA_TYPES = ("image/jpeg", "image/jpg", "image/png", "image/gif", "image/webp")
+SOURCE_TYPES = ("base64", "url")
+CHOICE_TYPES = ("auto", "any", "tool", "none")
+STRUCT = "MessagesRequest"
+STRUCT_FIELDS = 13
+WEB_SEARCH_TYPES = ("web_search_20250305", "web_search_20260209")
+
+# ----------------------------------------------------------------------------------------------------
+# Shape
+# ----------------------------------------------------------------------------------------------------
+
+
+def _image_source(value: Any) -> None:
+    src = bf.tagged_object(value, "ImageSource")
+    kind = bf.tag(src, "type", SOURCE_TYPES, "ImageSource")
+    if kind == "base64":
+        for k, v in src.items():
+            if k == "media_type":
+                bf.variant(v, MEDIA_TYPES)
+            elif k == "data":
+                bf.string(v)
+        for req in ("media_type", "data"):
+            if req not in src:
+                bf.missing(req)
+    else:
+        if "url" not in src:
+            bf.missing("url")
+        bf.string(src["url"])
+
+
+def _block(value: Any, nested: bool = False) -> dict[str, Any]:
+    obj = bf.tagged_object(value, "ContentBlock")
+    kind = bf.tag(obj, "type", BLOCK_TYPES, "ContentBlock")
+    required: tuple[str, ...] = ()
+    if kind == "text":
+        required = ("text",)
+        if "text" in obj:
+            bf.string(obj["text"])
+    elif kind == "image":
+        required = ("source",)
+        if "source" in obj:
+            _image_source(obj["source"])
+    elif kind == "thinking":
+        required = ("thinking", "signature")
+        for k in required:
+            if k in obj:
+                bf.string(obj[k])
+    elif kind == "tool_use":
+        required = ("id", "name", "input")
+        for k in ("id", "name"):
+            if k in obj:
+                bf.string(obj[k])
+    elif kind == "tool_result":
+        required = ("tool_use_id",)
+        if "tool_use_id" in obj:
+            bf.string(obj["tool_use_id"])
+        c = obj.get("content")
+        if c is not None:
+            if isinstance(c, list):
+                for b in c:
+                    _block(b, nested=True)
+            elif not isinstance(c, str):
+                bf.fail("expected a string or a list")
+    elif kind == "tool_addition":
+        required = ("tools",)
+    for k in required:
+        if k not in obj:
+            bf.missing(k)
+    return obj
+
+
+def _content(value: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return [_block(b) for b in value]
+    bf.fail("expected a string or a list")
+
+
+def _message(value: Any) -> None:
+    obj = bf.mapping(value, "Message")
+    for k, v in obj.items():
+        if k == "role":
+            bf.variant(v, ROLES)
+        elif k == "content":
+            _content(v)
+    for req in ("role", "content"):
+        if req not in obj:
+            bf.missing(req)
+
+
+def _system(value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, str):
+        return
+    if isinstance(value, list):
+        for b in value:
+            obj = bf.tagged_object(b, "MessagesSystemBlock")
+            bf.tag(obj, "type", ("text",), "MessagesSystemBlock")
+            if "text" not in obj:
+                bf.missing("text")
+            bf.string(obj["text"])
+        return
+    bf.fail("expected a string or a list")
+
+
+def _stop_sequences(value: Any) -> None:
+    if value is not None:
+        for s in bf.sequence(value):
+            bf.string(s)
+
+
+def _tool(value: Any) -> None:
+    obj = bf.mapping(value, "Tool")
+    for k, v in obj.items():
+        if k in ("name", "type"):
+            bf.string(v)
+        elif k == "description":
+            bf.opt_string(v)
+    if "name" not in obj:
+        bf.missing("name")
+
+
+def _tool_choice(value: Any) -> None:
+    if value is None:
+        return
+    obj = bf.tagged_object(value, "ToolChoice")
+    kind = bf.tag(obj, "type", CHOICE_TYPES, "ToolChoice")
+    if kind == "tool":
+        if "name" not in obj:
+            bf.missing("name")
+        bf.string(obj["name"])
+
+
+def _output_config(value: Any) -> None:
+    if value is None:
+        return
+    obj = bf.mapping(value, "OutputConfig")
+    for k, v in obj.items():
+        if k == "effort":
+            sampling.read_effort(v)
+
+
+_FIELD_READERS: dict[str, Any] = {
+    "model": bf.string,
+    "messages": bf.each(_message, optional=False),
+    "max_tokens": lambda v: bf.opt_unsigned(v, 32),
+    "system": _system,
+    "stop_sequences": _stop_sequences,
+    "stream": bf.opt_bool,
+    "temperature": bf.opt_float32,
+    "top_p": bf.opt_float32,
+    "top_k": lambda v: bf.opt_unsigned(v, 32),
+    "tools": bf.each(_tool),
+    "tool_choice": _tool_choice,
+    "thinking": lambda v: sampling.read_thinking(v, "MessagesThinking"),
+    "output_config": _output_config,
+}
+
+
+def parse(body: bytes | str | dict[str, Any]) -> dict[str, Any]:
+    """The decoded body, shape-checked; raises a parse `RequestError` like the reference's."""
+    obj = body if isinstance(body, dict) else load_json(body)
+    if isinstance(obj, list):
+        if not obj:
+            bf.fail(f"invalid length 0, expected struct {STRUCT} with {STRUCT_FIELDS} elements")
+        bf.invalid_type(obj[0], "a string")
+    obj = bf.mapping(obj, STRUCT)
+    for key, value in obj.items():
+        reader = _FIELD_READERS.get(key)
+        if reader is not None:
+            reader(value)
+    for req in ("model", "messages"):
+        if req not in obj:
+            bf.missing(req)
+    return obj
+
+
+# ----------------------------------------------------------------------------------------------------
+# Conversion
+# ----------------------------------------------------------------------------------------------------
+
+
+def _check_base64(data: str, path: str) -> None:
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise conversion_error(f"{path}: base64 decode error") from None
+
+
+def _image(
+    block: dict[str, Any], version: ModelVersion, path: str, source_path: str | None = None
+) -> tuple[str, ImageSource | None]:
+    """V4: `[Unsupported Image]`; V4.1: a placeholder and its source (`source_path` defaults to `path`)."""
+    if version is ModelVersion.V4:
+        return UNSUPPORTED_IMAGE, None
+    src = block["source"]
+    where = source_path or path
+    if src["type"] == "base64":
+        _check_base64(src["data"], path)
+        media = "image/jpeg" if src["media_type"] == "image/jpg" else src["media_type"]
+        url = f"data:{media};base64,{src['data']}"
+        return IMAGE_PLACEHOLDER, ImageSource(kind="data_url", detail="high", data_url=url, path=where)
+    return IMAGE_PLACEHOLDER, ImageSource(kind="url", detail="high", url=src["url"], path=where)
+
+
+def _document(block: dict[str, Any]) -> str:
+    media = (block.get("source") or {}).get("media_type") if isinstance(block.get("source"), dict) else None
+    return f"[Unsupported document type: {media or 'unknown'}]"
+
+
+def _tool_result_content(block: dict[str, Any], version: ModelVersion, path: str) -> tuple[str, tuple[ImageSource, ...]]:
+    c = block.get("content")
+    if c is None:
+        return "", ()
+    if isinstance(c, str):
+        return c, ()
+    texts: list[str] = []
+    images: list[ImageSource] = []
+    for k, b in enumerate(c):
+        kind = b["type"]
+        if kind == "text":
+            texts.append(b["text"])
+        elif kind == "image":
+            text, src = _image(b, version, f"{path}.tool_result.content[{k}]", source_path=f"{path}.tool_result")
+            texts.append(text)
+            if src is not None:
+                images.append(src)
+        elif kind == "document":
+            texts.append(_document(b))
+    return "\n\n".join(texts), tuple(images)
+
+
+_SERVER_BLOCK = "Unsupported content block: server tools are not supported"
+
+
+def _system_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return "\n\n".join(b["text"] for b in value)
+
+
+def _convert_messages(obj: dict[str, Any], version: ModelVersion) -> list[Message]:
+    raw = obj["messages"]
+    if not raw:
+        raise conversion_error("messages: at least one message is required")
+    out: list[Message] = []
+    system = _system_text(obj.get("system"))
+    if system is not None:
+        out.append(Message(role="system", content=system))
+    pending: list[str] = []  # tool_use ids of the previous assistant message awaiting results
+    for i, m in enumerate(raw):
+        role = m["role"]
+        content = m["content"]
+        if isinstance(content, list) and not content:
+            raise conversion_error(f"messages.{i}: all messages must have non-empty content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        answered: list[str] = []
+        if role == "user":
+            leading = True
+            for j, b in enumerate(blocks):
+                kind = b["type"]
+                path = f"messages.{i}.content[{j}]"
+                if kind == "tool_result":
+                    tid = b["tool_use_id"]
+                    if not leading or tid not in pending or tid in answered:
+                        if leading and tid not in pending:
+                            raise conversion_error(
+                                f"unexpected `messages.{i}.content.{j}: tool_use_id` found in `tool_result` blocks: {tid}. "
+                                "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                            )
+                        if not leading and tid not in pending:
+                            raise conversion_error(
+                                f"unexpected `messages.{i}.content.{j}: tool_use_id` found in `tool_result` blocks: {tid}. "
+                                "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                            )
+                    text, imgs = _tool_result_content(b, version, f"messages.{i}.content.{j}")
+                    if leading:
+                        answered.append(tid)
+                        out.append(Message(role="tool", content=text, tool_call_id=tid, image_sources=imgs))
+                    continue
+                if pending and leading:
+                    missing_ids = [p for p in pending if p not in answered]
+                    if missing_ids:
+                        _unanswered(i, missing_ids)
+                leading = False
+                if kind == "text":
+                    out.append(Message(role="user", content=b["text"]))
+                elif kind == "image":
+                    text, src = _image(b, version, path)
+                    out.append(Message(role="user", content=text, image_sources=() if src is None else (src,)))
+                elif kind == "document":
+                    out.append(Message(role="user", content=_document(b)))
+                elif kind == "tool_use":
+                    raise conversion_error(f"messages.{i}: `tool_use` blocks can only be in `assistant` messages")
+                elif kind in ("server_tool_use", "web_search_tool_result"):
+                    raise conversion_error(_SERVER_BLOCK)
+            if leading and pending:
+                missing_ids = [p for p in pending if p not in answered]
+                if missing_ids:
+                    _unanswered(i, missing_ids)
+            pending = []
+            continue
+        if pending:
+            _unanswered(i, pending)
+        if role == "system":
+            texts = []
+            images = []
+            for j, b in enumerate(blocks):
+                kind = b["type"]
+                if kind == "text":
+                    texts.append(b["text"])
+                elif kind == "image":
+                    text, src = _image(b, version, f"messages.{i}.content[{j}]")
+                    texts.append(text)
+                    if src is not None:
+                        images.append(src)
+                elif kind == "document":
+                    texts.append(_document(b))
+                elif kind in ("server_tool_use", "web_search_tool_result"):
+                    raise conversion_error(_SERVER_BLOCK)
+            text = "\n\n".join(texts)
+            if version is ModelVersion.V4:
+                out.append(
+                    Message(role="user", content=f"<system-reminder>\n{text}\n</system-reminder>", image_sources=tuple(images))
+                )
+            else:
+                out.append(Message(role="system", content=text, image_sources=tuple(images)))
+            continue
+        # assistant
+        texts = []
+        reasoning: list[str] = []
+        calls: list[ToolCall] = []
+        for b in blocks:
+            kind = b["type"]
+            if kind == "text":
+                texts.append(b["text"])
+            elif kind == "thinking":
+                reasoning.append(b["thinking"])
+            elif kind == "tool_use":
+                inp = b["input"]
+                calls.append(ToolCall(id=b["id"], name=b["name"], arguments=prompt_json(inp)))
+            elif kind in ("server_tool_use", "web_search_tool_result"):
+                raise conversion_error(_SERVER_BLOCK)
+            elif kind == "image":
+                texts.append(UNSUPPORTED_IMAGE)
+            elif kind == "document":
+                texts.append(_document(b))
+        out.append(
+            Message(
+                role="assistant",
+                content="\n\n".join(texts),
+                reasoning_content="\n\n".join(reasoning) if reasoning else None,
+                tool_calls=tuple(calls) if calls else None,
+            )
+        )
+        pending = [c.id for c in calls]
+    if pending:
+        _unanswered(len(raw) - 1, pending, trailing=True)
+    return out
+
+
+def _unanswered(index: int, ids: list[str], trailing: bool = False) -> None:
+    sep = "" if trailing else " "
+    raise conversion_error(
+        f"messages.{index}:{sep}`tool_use` ids were found without `tool_result` blocks immediately after: {', '.join(ids)}. "
+        "Each `tool_use` block must have a corresponding `tool_result` block in the next message."
+    )
+
+
+def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
+    """A parsed body → `ConversationRequest` (raises a conversion `RequestError`)."""
+    model: str = obj["model"]
+    version = resolve_model(model, options)
+    specs: list[ToolSpec] = []
+    for i, t in enumerate(obj.get("tools") or ()):
+        kind = t.get("type")
+        if kind is not None:
+            if kind in WEB_SEARCH_TYPES and options.messages_web_search == "drop":
+                continue
+            raise conversion_error(f"tools[{i}]: server tools are not supported")
+        check_name(t["name"], f"tools[{i}].name")
+        specs.append(
+            ToolSpec(
+                name=t["name"],
+                description=t.get("description"),
+                parameters=t.get("input_schema"),
+                strict=t.get("strict") if isinstance(t.get("strict"), bool) else None,
+                name_path=f"tools[{i}].name",
+            )
+        )
+    thinking_flag = sampling.read_thinking(obj.get("thinking"), "MessagesThinking")
+    effort = (obj.get("output_config") or {}).get("effort")
+    if thinking_flag is None:
+        thinking = False if effort == "none" else options.default_thinking_mode
+    else:
+        thinking = thinking_flag
+    messages = _convert_messages(obj, version)
+    choice_raw = obj.get("tool_choice")
+    choice, named = "auto", None
+    if choice_raw is not None:
+        kind = choice_raw["type"]
+        if kind == "none":
+            choice = "none"
+        elif kind == "tool":
+            choice, named = "named", choice_raw["name"]
+    selection = finish_tools(specs, choice, named, thinking, names_checked=True)
+    stop = sampling.check_stop(tuple(obj.get("stop_sequences") or ()))
+    temperature = bf.opt_float32(obj.get("temperature"))
+    top_p = bf.opt_float32(obj.get("top_p"))
+    sampling.check_temperature(temperature)
+    sampling.check_top_p(top_p)
+    max_tokens = sampling.check_max_tokens(obj.get("max_tokens"), options.max_tokens_upper_bound(thinking), clamp=True)
+    messages = settle_reasoning(messages, thinking, options)
+    conversation = Conversation(
+        messages=tuple(messages),
+        thinking_mode=thinking,
+        tools=selection.tools,
+        tool_choice=selection.choice,  # type: ignore[arg-type]
+        reasoning_effort=sampling.resolve_effort(thinking, effort),
+    )
+    t, p = sampling.resolve_sampling(version, thinking, bool(selection.tools), temperature, top_p)
+    inference = InferenceOptions(
+        max_tokens=max_tokens,
+        temperature=t,
+        top_p=p,
+        output_constraint=tool_constraint(selection.tools, selection.choice) if selection.tools else None,
+        top_k=obj.get("top_k"),
+    )
+    return build_request(
+        conversation=conversation, version=version, model=model, inference=inference, stop=stop, stream=bool(obj.get("stream"))
+    )
