@@ -15,7 +15,6 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
-
     from recipe.server.playground import standalone_app
 
     print(f"Recipe playground on http://{args.host}:{args.port}/playground (no model loaded)", flush=True)

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "conformance"))
-from fake_server import ServerThread  # noqa: E402
+from fake_server import ServerThread
+from recipe.server.playground import standalone_app
 
-from recipe.codec import convert, encode, render  # noqa: E402
-from recipe.server.playground import standalone_app  # noqa: E402
-from recipe.tokenizer import load_deepseek_v4_tokenizer  # noqa: E402
+from recipe.codec import convert, encode, render
+from recipe.tokenizer import load_deepseek_v4_tokenizer
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).parents[2] / "artifacts"
