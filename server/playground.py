@@ -26,7 +26,8 @@ from recipe.tokenizer import MissingSpecialTokenError, load_deepseek_v4_tokenize
 STATIC = Path(__file__).parent / "playground_static"
 ASSETS = {"app.js": "text/javascript", "examples.js": "text/javascript", "style.css": "text/css"}
 VERSION_MODELS = {"V4": "DeepSeek-V4-Pro", "V4.1": "DeepSeek-V4.1-Flash"}
-APIS = ("chat", "messages", "responses")
+Api = Literal["chat", "messages", "responses"]
+APIS: tuple[Api, ...] = ("chat", "messages", "responses")
 MAX_OUTPUT_CHARS = 200_000
 MAX_OUTPUTS = 200
 
@@ -34,7 +35,7 @@ router = APIRouter(include_in_schema=False)
 
 
 class EncodeIn(BaseModel):
-    api: Literal["chat", "messages", "responses"]
+    api: Api
     body: Any
     version: Literal["auto", "V4", "V4.1"] = "auto"
 
@@ -106,12 +107,12 @@ def decode_view(payload: DecodeIn) -> dict[str, Any]:
             return {"error": {"status": 400, "body": {"error": {"message": "output ids must be a JSON array of integers"}}}}
         if any(not 0 <= i < tok.vocab_size for i in ids):
             return {"error": {"status": 400, "body": {"error": {"message": f"ids must be in [0, {tok.vocab_size})"}}}}
-    fmt = "deepseek_v4" if req.model_version is ModelVersion.V4 else "deepseek_v41"
+    fmt: Literal["deepseek_v4", "deepseek_v41"] = "deepseek_v4" if req.model_version is ModelVersion.V4 else "deepseek_v41"
     model = req.model or VERSION_MODELS["V4"]
     out: dict[str, Any] = {}
     for api in APIS:
         proc = StreamProcessor(api, req, response_id=f"playground-{api}", model=model, tokenizer=tok,
-                               output_format=fmt, created=0)  # type: ignore[arg-type]
+                               output_format=fmt, created=0)
         events = proc.feed(Ready(prompt_tokens=0))
         try:
             update = (TokenUpdate(ids) if payload.kind == "ids"
