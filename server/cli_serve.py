@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from recipe.server.backend import Backend, EchoBackend, echo_model_card
@@ -66,6 +67,17 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
 
 
+DEMO_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+def default_model_name(model: str | None) -> str:
+    """The name clients use when no --served-model-name is given: the demo model's, or the path's stem."""
+    if not model or model == "smollm2":
+        return DEMO_MODEL_NAME
+    path = Path(model)
+    return path.stem if path.suffix else path.name or model
+
+
 def build_backend(args: argparse.Namespace) -> Backend:
     if args.backend == "echo":
         return EchoBackend(model=echo_model_card(args.model or "echo"))
@@ -73,7 +85,7 @@ def build_backend(args: argparse.Namespace) -> Backend:
     from recipe.server.engine_backend import EngineBackend
 
     engine = AsyncLLM(args.model) if args.model else AsyncLLM()
-    return EngineBackend(engine)
+    return EngineBackend(engine, name=default_model_name(args.model))
 
 
 def banner(config: ServerConfig, backend: Backend, names: tuple[str, ...]) -> str:

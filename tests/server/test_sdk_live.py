@@ -1,0 +1,162 @@
+"""The official `openai` and `anthropic` SDKs against a live server on the embedded demo model
+(SmolLM2-135M-Instruct, ChatML), started once for this module on a free loopback port.
+
+Token counts are kept small: the demo model makes a few dozen tokens per second on a shared CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import anthropic
+import httpx
+import jsonschema
+import openai
+import pytest
+from recipe.server.app import create_app
+from recipe.server.config import ServerConfig
+
+MODEL = "SmolLM2-135M-Instruct"
+KEY = "sk-live-test"
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}},
+                       "required": ["city"], "additionalProperties": False},
+    },
+}
+CITY_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12}, "sunny": {"type": "boolean"}},
+    "required": ["city", "sunny"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def engine_backend():  # type: ignore[no-untyped-def]
+    from recipe.engine import AsyncLLM
+    from recipe.server.engine_backend import EngineBackend
+
+    return EngineBackend(AsyncLLM("smollm2", max_num_seqs=8), name=MODEL)
+
+
+@pytest.fixture(scope="module")
+def srv(engine_backend, serve, tmp_path_factory):  # type: ignore[no-untyped-def]
+    db = tmp_path_factory.mktemp("live") / "responses.sqlite3"
+    app = create_app(ServerConfig(api_keys=(KEY,), responses_db=str(db)), engine_backend)
+    with serve(app) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def oa(srv) -> openai.OpenAI:  # type: ignore[no-untyped-def]
+    return openai.OpenAI(base_url=srv.base + "/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def an(srv) -> anthropic.Anthropic:  # type: ignore[no-untyped-def]
+    return anthropic.Anthropic(base_url=srv.base, api_key=KEY, max_retries=0, timeout=120)
+
+
+def test_models_and_auth(oa: openai.OpenAI, srv) -> None:  # type: ignore[no-untyped-def]
+    assert [m.id for m in oa.models.list()] == [MODEL]
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=srv.base + "/v1", api_key="nope", max_retries=0).models.list()
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=srv.base, api_key="nope", max_retries=0).messages.count_tokens(
+            model=MODEL, messages=[{"role": "user", "content": "x"}])
+    # old-style Anthropic clients send x-api-key
+    r = httpx.post(srv.base + "/v1/messages/count_tokens?beta=true", headers={"x-api-key": KEY, "anthropic-version": "2023-06-01"},
+                   json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 200 and r.json()["input_tokens"] > 0
+
+
+def test_chat_create_and_stream_match_at_temperature_zero(oa: openai.OpenAI) -> None:
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    r = oa.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, temperature=0)  # type: ignore[arg-type]
+    text = r.choices[0].message.content
+    assert text and "Paris" in text
+    assert r.usage is not None and r.usage.completion_tokens <= 8
+    stream = oa.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, temperature=0, stream=True)  # type: ignore[arg-type]
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == text
+
+
+def test_chat_logprobs_and_stop(oa: openai.OpenAI) -> None:
+    msgs = [{"role": "user", "content": "Count from 1 to 9 separated by commas."}]
+    r = oa.chat.completions.create(model=MODEL, messages=msgs, max_tokens=6, temperature=0, logprobs=True,  # type: ignore[arg-type]
+                                   top_logprobs=2)
+    lp = r.choices[0].logprobs
+    assert lp is not None and lp.content and all(len(t.top_logprobs) == 2 for t in lp.content)
+    assert "".join(t.token for t in lp.content) == r.choices[0].message.content
+    stopped = oa.chat.completions.create(model=MODEL, messages=msgs, max_tokens=24, temperature=0, stop=["3"])  # type: ignore[arg-type]
+    assert stopped.choices[0].finish_reason == "stop" and "3" not in (stopped.choices[0].message.content or "")
+
+
+def test_json_schema_output_is_valid_on_every_try(oa: openai.OpenAI) -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "weather", "schema": CITY_SCHEMA, "strict": True}}
+    for _ in range(3):
+        r = oa.chat.completions.create(model=MODEL, max_tokens=40, temperature=1.0, response_format=fmt,  # type: ignore[arg-type]
+                                       messages=[{"role": "user", "content": "Weather in Rome as JSON."}])
+        jsonschema.validate(json.loads(r.choices[0].message.content or ""), CITY_SCHEMA)
+
+
+def test_stream_helper_with_required_tool(oa: openai.OpenAI) -> None:
+    msgs = [{"role": "user", "content": "What's the weather in Oslo?"}]
+    with oa.chat.completions.stream(model=MODEL, messages=msgs, tools=[WEATHER_TOOL], tool_choice="required",  # type: ignore[arg-type]
+                                    max_tokens=40, temperature=0) as stream:
+        final = stream.get_final_completion()
+    calls = final.choices[0].message.tool_calls
+    assert calls and calls[0].function.name == "get_weather"
+    jsonschema.validate(json.loads(calls[0].function.arguments), WEATHER_TOOL["function"]["parameters"])  # type: ignore[index]
+    assert final.choices[0].finish_reason == "tool_calls"
+
+
+def test_responses_create_stream_retrieve_continue(oa: openai.OpenAI) -> None:
+    first = oa.responses.create(model=MODEL, input="My name is Ada. Say hi.", max_output_tokens=8, temperature=0)
+    assert first.output_text and first.status in ("completed", "incomplete")
+    assert oa.responses.retrieve(first.id).output_text == first.output_text
+    with oa.responses.stream(model=MODEL, input="What is my name?", previous_response_id=first.id,
+                             max_output_tokens=8, temperature=0) as s:
+        second = s.get_final_response()
+    assert second.usage is not None and first.usage is not None
+    assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens - 1
+    assert oa.responses.retrieve(second.id).previous_response_id == first.id
+
+
+def test_messages_create_stream_tools_thinking_and_count(an: anthropic.Anthropic) -> None:
+    base = {"model": MODEL, "max_tokens": 8, "temperature": 0.0,
+            "messages": [{"role": "user", "content": "Name a color."}]}
+    for thinking in ({"type": "disabled"}, {"type": "enabled", "budget_tokens": 1024}):
+        m = an.messages.create(**base, thinking=thinking)  # type: ignore[call-overload]
+        assert m.role == "assistant" and m.stop_reason in ("end_turn", "max_tokens")
+        with an.messages.stream(**base, thinking=thinking) as s:  # type: ignore[call-overload]
+            final = s.get_final_message()
+        assert [b.type for b in final.content] == [b.type for b in m.content]
+        assert final.usage.output_tokens == m.usage.output_tokens
+    count = an.messages.count_tokens(model=MODEL, messages=base["messages"])  # type: ignore[arg-type]
+    assert count.input_tokens == m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0)
+    tool = {"name": "get_weather", "description": "Weather of a city", "input_schema": WEATHER_TOOL["function"]["parameters"]}  # type: ignore[index]
+    t = an.messages.create(model=MODEL, max_tokens=40, temperature=0.0, tools=[tool],  # type: ignore[list-item]
+                           tool_choice={"type": "tool", "name": "get_weather"},
+                           messages=[{"role": "user", "content": "Weather in Lima?"}])
+    uses = [b for b in t.content if b.type == "tool_use"]
+    assert uses and uses[0].name == "get_weather" and t.stop_reason == "tool_use"
+    jsonschema.validate(uses[0].input, tool["input_schema"])  # type: ignore[arg-type]
+
+
+def test_disconnect_frees_the_engine_request(srv, engine_backend) -> None:  # type: ignore[no-untyped-def]
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a long story."}],
+            "max_tokens": 2000, "stream": True}
+    with httpx.stream("POST", srv.base + "/v1/chat/completions", json=body,
+                      headers={"authorization": f"Bearer {KEY}"}, timeout=60) as r:
+        lines = r.iter_lines()
+        assert next(lines).startswith("data: ")
+        assert engine_backend.stats().running == 1
+    deadline = time.time() + 5
+    while engine_backend.stats().running and time.time() < deadline:
+        time.sleep(0.02)
+    assert engine_backend.stats().running == 0 and engine_backend.stats().waiting == 0
