@@ -1,0 +1,182 @@
+"""Golden vectors of the official reference and the view that compares Recipe's conversion with them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recipe.conversation import ConversationRequest, ImageSource, Message, ToolDefinition
+
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "requests.jsonl.gz"
+
+# Where Recipe deliberately goes beyond the reference (documented in recipe/codec.py):
+N_REJECTED = "Invalid n value (currently only n = 1 is supported)"
+
+
+def load_golden() -> list[dict[str, Any]]:
+    with gzip.open(GOLDEN, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def _image(s: ImageSource) -> dict[str, Any]:
+    return {
+        "kind": s.kind,
+        "detail": s.detail,
+        "url": s.url,
+        "data_url": s.data_url,
+        "data": None if s.data is None else s.data.hex(),
+        "path": s.path,
+    }
+
+
+def _tool(t: ToolDefinition) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "description": t.description,
+        "parameters": t.parameters,
+        "strict": t.strict,
+        "defer_loading": t.defer_loading,
+    }
+
+
+def _message(m: Message) -> dict[str, Any]:
+    return {
+        "role": m.role,
+        "content": m.content,
+        "reasoning_content": m.reasoning_content,
+        "tool_calls": None
+        if m.tool_calls is None
+        else [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls],
+        "tool_call_id": m.tool_call_id,
+        "image_sources": [_image(s) for s in m.image_sources],
+        "prefix": m.prefix,
+        "tools": None if m.tools is None else [_tool(t) for t in m.tools],
+    }
+
+
+def conversion_view(req: ConversationRequest) -> dict[str, Any]:
+    """A converted request in the golden record's layout (the fields the reference exposes)."""
+    c = req.conversation
+    inf = req.inference_options
+    par = req.parsing_options
+    oc = inf.output_constraint
+    return {
+        "model_version": "V4" if req.model_version.value == "DeepseekV4Pro" else "V41",
+        "stream": req.stream,
+        "conversation": {
+            "messages": [_message(m) for m in c.messages],
+            "thinking_mode": c.thinking_mode,
+            "tools": [_tool(t) for t in c.tools],
+            "tool_choice": c.tool_choice,
+            "reasoning_effort": c.reasoning_effort,
+            "response_format": c.response_format,
+            "response_schema": c.response_schema,
+            "response_regex": c.response_regex,
+        },
+        "inference": {
+            "max_tokens": inf.max_tokens,
+            "temperature": inf.temperature,
+            "top_p": inf.top_p,
+            "logprobs": inf.logprobs,
+            "top_logprobs": inf.top_logprobs,
+            "seed": inf.seed,
+            "output_constraint": None if oc is None else {"kind": oc.kind, "schema": oc.schema},
+        },
+        "parsing": {
+            "parse_tool_calls": par.parse_tool_calls,
+            "starts_in_tool_calls": par.starts_in_tool_calls,
+            "parse_json_output": par.parse_json_output,
+            "thinking_initial_stage": None if par.thinking_initial_stage is None else par.thinking_initial_stage.value,
+            "stop_sequences": list(par.stop_sequences),
+        },
+    }
+
+
+def golden_view(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: rec[k] for k in ("model_version", "stream", "conversation", "inference", "parsing")}
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """The path of the first difference between two JSON-like values (None if equal)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            if k not in a or k not in b:
+                return f"{path}.{k} (missing on one side)"
+            d = first_difference(a[k], b[k], f"{path}.{k}")
+            if d:
+                return d
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path} (length {len(a)} != {len(b)})"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            d = first_difference(x, y, f"{path}[{i}]")
+            if d:
+                return d
+        return None
+    if type(a) is not type(b) and not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+        return f"{path}: {a!r} != {b!r}"
+    if a != b:
+        return f"{path}: {a!r} != {b!r}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def golden() -> list[dict[str, Any]]:
+    return load_golden()
+
+
+__all__ = ["conversion_view", "first_difference", "golden_view", "load_golden", "replace"]
+
+
+N_OURS = "Invalid n value, the valid range of n is [1, 16]"
+
+
+def expected_outcome(rec: dict[str, Any]) -> dict[str, Any]:
+    """What Recipe must produce for a golden case: the reference's outcome, adjusted only for the
+    documented divergence (Chat `n` in [2, 16] accepted as `InferenceOptions.n`; other `n` rejected
+    with Recipe's own range message)."""
+    beyond = rec.get("beyond_reference")
+    if beyond is not None:
+        e = beyond["expected"]
+        if "error" in e:
+            return {"error": e["error"]}
+        view = golden_view(e)
+        view["n"] = beyond["n"]
+        return {"ok": view}
+    if "error" in rec:
+        err = dict(rec["error"])
+        if err["message"] == N_REJECTED:
+            err["message"] = N_OURS
+        return {"error": err}
+    return {"ok": golden_view(rec)}
+
+
+def actual_outcome(rec: dict[str, Any]) -> dict[str, Any]:
+    """Recipe's outcome for a golden case, in the layout of `expected_outcome`."""
+    from recipe.codec import convert
+    from recipe.errors import RequestError
+
+    try:
+        req = convert(rec["api"], rec["request"])
+    except RequestError as exc:
+        return {"error": {"status": exc.status, "message": exc.message, "kind": exc.kind}}
+    view = conversion_view(req)
+    if "beyond_reference" in rec:
+        view["n"] = req.inference_options.n
+    return {"ok": view}
+
+
+@pytest.fixture(scope="session")
+def outcomes() -> Any:
+    """The comparison helpers (`actual`, `expected`, `diff`, `view`) for tests in this folder."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        actual=actual_outcome, expected=expected_outcome, diff=first_difference, view=conversion_view
+    )
