@@ -14,6 +14,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 
+from recipe.segments import SegmentEncoder, cut_rule_for
+
 
 class MissingSpecialTokenError(RuntimeError):
     """A rendered special span has no id in the tokenizer's added vocabulary."""
@@ -36,7 +38,9 @@ class Tokenizer:
     """A loaded tokenizer with the two encoders prompt encoding needs.
 
     `plain` has the added vocabulary removed; `full` is the file as written. Both are `tokenizers`
-    objects and release the GIL, so batch calls use every core.
+    objects and release the GIL, so batch calls use every core. `encode_plain` of a long text is cut
+    into segments at provably safe points and encoded in parallel (`recipe.segments`); the ids are
+    those of one-pass encoding.
     """
 
     def __init__(self, tokenizer_json: str | bytes, name: str = "") -> None:
@@ -50,7 +54,10 @@ class Tokenizer:
         plain_spec["added_tokens"] = []
         plain_spec["post_processor"] = None
         self.plain = HFTokenizer.from_str(json.dumps(plain_spec))
-        self.vocab_size: int = max(self.full.get_vocab_size(with_added_tokens=True), max(self.added_ids.values(), default=-1) + 1)
+        self.vocab_size: int = max(
+            self.full.get_vocab_size(with_added_tokens=True), max(self.added_ids.values(), default=-1) + 1
+        )
+        self.segments = SegmentEncoder(self.plain, cut_rule_for(plain_spec))
 
     @classmethod
     def from_file(cls, path: str | Path) -> Tokenizer:
@@ -67,15 +74,22 @@ class Tokenizer:
             raise MissingSpecialTokenError(spelling) from None
 
     def encode_plain(self, text: str) -> list[int]:
-        """Ids of `text` as plain text: BPE only, special spellings are not recognised."""
+        """Ids of `text` as plain text: BPE only, special spellings are not recognised.
+
+        Above `self.segments.threshold_chars` characters the text is encoded in parallel segments;
+        the ids are identical to `encode_plain_one_pass`.
+        """
+        return self.segments.encode(text)
+
+    def encode_plain_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """`encode_plain` over many texts, all their segments in one parallel batch."""
+        return self.segments.encode_batch(texts)
+
+    def encode_plain_one_pass(self, text: str) -> list[int]:
+        """`encode_plain` without segmentation: one `tokenizers` call over the whole text (the oracle)."""
         if not text:
             return []
         return self.plain.encode(text, add_special_tokens=False).ids
-
-    def encode_plain_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """`encode_plain` over many texts, in parallel on all cores."""
-        encs = self.plain.encode_batch(list(texts), add_special_tokens=False)
-        return [e.ids for e in encs]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return self.full.decode(list(ids), skip_special_tokens=skip_special_tokens)
