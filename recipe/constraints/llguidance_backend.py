@@ -21,7 +21,12 @@ _ANY_OBJECT = {"type": "object"}
 
 def ll_tokenizer(vocab: Vocabulary) -> llg.LLTokenizer:
     def build() -> llg.LLTokenizer:
-        return llg.LLTokenizer(vocab.tokenizer_json, n_vocab=vocab.vocab_size, eos_token=vocab.eos_token_ids[0])
+        # llguidance reads non-special added tokens (`｜DSML｜`, `<dsml:`, …) as text and would allow them
+        # inside JSON strings; marked special they are reachable only through `<[id]>` in a grammar.
+        spec = json.loads(vocab.tokenizer_json)
+        for t in spec.get("added_tokens") or []:
+            t["special"] = True
+        return llg.LLTokenizer(json.dumps(spec), n_vocab=vocab.vocab_size, eos_token=vocab.eos_token_ids[0])
 
     return vocab.backend_state("llguidance", build)  # type: ignore[no-any-return]
 

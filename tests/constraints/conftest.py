@@ -1,0 +1,58 @@
+"""Shared fixtures: the DeepSeek V4 tokenizer, the vendored JSON-Schema-Test-Suite, a GPT-2-style tokenizer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recipe.tokenizer import Tokenizer, load_deepseek_v4_tokenizer
+
+SUITE = Path(__file__).resolve().parents[1] / "data" / "json-schema-test-suite"
+
+
+@pytest.fixture(scope="session")
+def tok() -> Tokenizer:
+    return load_deepseek_v4_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def suite_dir() -> Path:
+    return SUITE / "draft2020-12"
+
+
+@pytest.fixture(scope="session")
+def remotes() -> dict[str, Any]:
+    from recipe.constraints.suite import load_remotes
+
+    return load_remotes(SUITE / "remotes")
+
+
+def gpt2_style_tokenizer(added: tuple[str, ...] = ("<|endoftext|>", "<|im_end|>")) -> Tokenizer:
+    """A small byte-level BPE tokenizer (256 byte tokens + a few merges), built in memory."""
+    from tokenizers import Tokenizer as HF
+    from tokenizers import decoders, models, pre_tokenizers
+
+    from recipe.constraints.vocabulary import _byte_decoder
+
+    alphabet = sorted(_byte_decoder(), key=lambda c: _byte_decoder()[c])
+    vocab = {c: i for i, c in enumerate(alphabet)}
+    merges = [("Ġ", "t"), ("h", "e"), ('"', ":"), ("t", "r"), ("u", "e"), ("tr", "ue"), ("{", '"')]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    hf = HF(models.BPE(vocab=vocab, merges=merges))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    hf.add_special_tokens(list(added))
+    return Tokenizer(hf.to_str(), name="gpt2-style")
+
+
+@pytest.fixture(scope="session")
+def small_tok() -> Tokenizer:
+    return gpt2_style_tokenizer()
+
+
+def dumps(v: Any) -> str:
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,140 @@
+"""The matcher contract: EOS exactly when terminable, rejection leaves state, rollback, text, mask hygiene."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from recipe.constraints import ConstraintError, compile_constraint
+from recipe.constraints import bitmask as bm
+from recipe.constraints.instance_check import check_text, check_value
+
+EOS = 1
+
+
+def test_eos_allowed_exactly_when_terminable(tok) -> None:
+    c = compile_constraint("json_schema", {"type": "object", "properties": {"a": {"type": "integer"}},
+                                           "required": ["a"]}, tok)
+    assert c.eos_token_ids == (EOS,)
+    m = c.matcher()
+    mask = c.allocate_bitmask()
+    ids = tok.encode_plain('{"a":12}')
+    for t in ids:
+        m.fill_bitmask(mask)
+        assert bm.is_allowed(mask, EOS) == m.can_terminate() is False
+        assert m.accept(t)
+    m.fill_bitmask(mask)
+    assert m.can_terminate() and bm.is_allowed(mask, EOS)
+    assert m.accept(EOS) and m.is_terminated()
+    m.fill_bitmask(mask)
+    assert bm.allowed_ids(mask, c.vocab_size).tolist() == [EOS]
+    assert m.text == '{"a":12}'
+    assert not m.accept(ids[0])
+
+
+def test_rejected_token_leaves_state_and_rollback_restores(tok) -> None:
+    c = compile_constraint("regex", r"ab[0-9]+", tok)
+    m = c.matcher()
+    a, b = tok.encode_plain("a")[0], tok.encode_plain("b")[0]
+    assert m.accept(a)
+    assert not m.accept(a)  # refused, state unchanged
+    assert m.accept(b)
+    digits = tok.encode_plain("7")
+    assert m.accept(digits[0]) and m.can_terminate()
+    assert m.accept(EOS) and m.is_terminated()
+    m.rollback(2)  # EOS and the digit
+    assert not m.is_terminated() and not m.can_terminate()
+    assert m.text == "ab"
+    with pytest.raises(ConstraintError):
+        m.rollback(5)
+
+
+def test_added_tokens_never_allowed_inside_json_strings(tok) -> None:
+    c = compile_constraint("json_schema", {"type": "string"}, tok)
+    m = c.matcher()
+    assert m.accept(tok.encode_plain('"')[0])
+    mask = c.allocate_bitmask()
+    m.fill_bitmask(mask)
+    allowed = bm.to_bool(mask, c.vocab_size)
+    special = np.array(sorted(tok.added_ids.values()))
+    assert not allowed[special].any()  # BOS, EOS, PAD, <think>, ｜DSML｜, placeholders
+    assert allowed.sum() > 120_000  # but nearly every text token is
+    assert mask.shape == (4040,)
+
+
+def test_mask_into_wider_buffer_zeroes_the_tail(tok) -> None:
+    c = compile_constraint("json_object", None, tok)
+    wide = np.full(4100, -1, dtype=np.int32)
+    c.matcher().fill_bitmask(wide)
+    assert (wide[4040:] == 0).all()
+    with pytest.raises(ConstraintError):
+        c.matcher().fill_bitmask(np.zeros(10, dtype=np.int32))
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "text", "ok"),
+    [
+        ("json_schema", {"type": "number"}, "0.5", True),  # outlines-core 0.2.14 rejects this
+        ("regex", r"[0-9]+(\.[0-9]+)?", "12.5", True),
+        ("regex", "a|abc", "abc", True),
+        ("json_schema", {"type": "object", "properties": {"foo": {}}, "required": ["foo"]}, '{"foo":1}', True),
+        ("json_schema", {"type": "object", "properties": {"foo": {}}, "required": ["foo"]}, "42", False),
+        ("json_schema", {"enum": [{"a.b": 1}]}, '{"aXb":1}', False),
+        ("json_schema", {"enum": [{"a.b": 1}]}, '{"a.b":1}', True),
+    ],
+)
+def test_outlines_core_bug_reproductions_are_handled(tok, kind, spec, text, ok) -> None:
+    assert check_text(compile_constraint(kind, spec, tok, strict=False), text, tok).accepted is ok
+
+
+def test_bitmask_numpy_and_torch_agree(tok) -> None:
+    torch = pytest.importorskip("torch")
+    c = compile_constraint("json_schema", {"type": "integer"}, tok)
+    mask = c.allocate_bitmask()
+    c.matcher().fill_bitmask(mask)
+    logits = np.random.default_rng(0).standard_normal(c.vocab_size).astype(np.float32)
+    want = bm.apply_to_logits(logits.copy(), mask)
+    got = bm.apply_to_logits_torch(torch.from_numpy(logits.copy()), mask).numpy()
+    assert np.array_equal(np.isneginf(want), np.isneginf(got))
+    assert np.array_equal(np.isneginf(want), ~bm.to_bool(mask, c.vocab_size))
+    ids = bm.allowed_ids(mask, c.vocab_size)
+    assert all(tok.decode([int(i)]).strip().lstrip("-").isdigit() or tok.decode([int(i)]) in ("-",) for i in ids)
+
+
+@pytest.mark.parametrize("backend", ["llguidance", "xgrammar", "outlines"])
+def test_every_backend_walks_the_same_instances(tok, backend) -> None:
+    if backend == "xgrammar":
+        pytest.importorskip("xgrammar")
+    c = compile_constraint("regex", r"[a-z]{2,4}-[0-9]{2}", tok, backend=backend, strict=False)
+    for text, ok in [("ab-12", True), ("abcd-99", True), ("a-12", False), ("abcde-12", False), ("ab-1", False)]:
+        assert check_text(c, text, tok).accepted is ok, (backend, text)
+    m = c.matcher()
+    ids = tok.encode_plain("ab-12")
+    assert m.accept_many(ids) == len(ids)
+    m.rollback(len(ids))
+    assert m.text == "" and m.accept_many(ids) == len(ids) and m.can_terminate()
+
+
+def test_json_schema_backends_agree_on_a_typed_schema(tok) -> None:
+    pytest.importorskip("xgrammar")
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 3, "maximum": 5},
+                                               "s": {"type": "string", "maxLength": 3}},
+              "required": ["n", "s"], "additionalProperties": False}
+    cases = [({"n": 3, "s": "ab"}, True), ({"n": 6, "s": "ab"}, False), ({"n": 4, "s": "abcd"}, False)]
+    for backend in ("llguidance", "xgrammar"):
+        c = compile_constraint("json_schema", schema, tok, backend=backend, strict=False)
+        for value, ok in cases:
+            assert check_value(c, value, tok).accepted is ok, (backend, value)
+
+
+def test_other_byte_level_tokenizer(small_tok) -> None:
+    c = compile_constraint("json_schema", {"type": "object", "properties": {"t": {"type": "boolean"}},
+                                           "required": ["t"]}, small_tok)
+    assert c.eos_token_ids == (small_tok.added_ids["<|im_end|>"],)  # ChatML's turn end is preferred
+    assert check_text(c, '{"t":true}', small_tok).accepted
+    assert not check_text(c, '{"t":1}', small_tok).accepted
+    stop = small_tok.added_ids["<|endoftext|>"]
+    c2 = compile_constraint("regex", "x+", small_tok, eos_token_ids=(stop,))
+    m = c2.matcher()
+    assert not m.accept(stop)
+    assert m.accept(small_tok.encode_plain("x")[0]) and m.accept(stop) and m.is_terminated()
