@@ -53,6 +53,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--metrics-prefix", default="recipe", help="Prometheus series prefix (default recipe)")
     p.add_argument("--backend", choices=("engine", "echo"), default="engine",
                    help="'echo' answers instantly without a model (for measuring the server itself)")
+    p.add_argument("--echo-token-delay", type=float, default=0.0, metavar="SECONDS",
+                   help="with --backend echo: pause this long per token, to stand in for an engine's step time")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run)
 
@@ -80,7 +82,7 @@ def default_model_name(model: str | None) -> str:
 
 def build_backend(args: argparse.Namespace) -> Backend:
     if args.backend == "echo":
-        return EchoBackend(model=echo_model_card(args.model or "echo"))
+        return EchoBackend(model=echo_model_card(args.model or "echo"), token_delay_s=args.echo_token_delay)
     from recipe.engine import AsyncLLM
     from recipe.server.engine_backend import EngineBackend
 
@@ -127,10 +129,16 @@ def run(args: argparse.Namespace) -> int:
         def handle_exit(self, sig: int, frame: Any) -> None:
             app.state.recipe.draining = True
             super().handle_exit(sig, frame)
+            # uvicorn re-raises a captured signal after shutting down (a SIGINT then ends in a
+            # KeyboardInterrupt traceback); a drained, clean shutdown exits 0 instead.
+            self._captured_signals.clear()
 
     server = Server(uvicorn.Config(
         app, host=config.host, port=config.port, log_level=args.log_level, access_log=False,
         timeout_graceful_shutdown=int(config.drain_timeout_s), lifespan="on",
     ))
     server.run()
-    return 0 if server.started else 1
+    if server.started:
+        print("Recipe stopped: in-flight requests finished, engine shut down.", flush=True)
+        return 0
+    return 1

@@ -134,16 +134,23 @@ class Pipeline:
         if oc is None:
             return None
         self.parts.require("constraints")
-        cached = self._constraints.get(oc)
-        if cached is not None:
-            self._constraints.move_to_end(oc)
-            return cached
         constraints = self.parts.constraints
+        fmt = self.backend.model.chat_format
+        tool_format = {"chatml": "chatml", "deepseek_v4": "dsml_v4", "deepseek_v41": "dsml_v41"}[fmt]
+        thinking = fmt != "chatml" and request.parsing_options.thinking_initial_stage is not None
+        key = (oc, thinking)
+        cached = self._constraints.get(key)
+        if cached is not None:
+            self._constraints.move_to_end(key)
+            return cached
         try:
-            compiled = await asyncio.to_thread(constraints.from_output_constraint, oc, self.backend.model.tokenizer)
+            compiled = await asyncio.to_thread(
+                constraints.from_output_constraint, oc, self.backend.model.tokenizer,
+                tool_format=tool_format, thinking=thinking,
+            )
         except constraints.ConstraintError as exc:
             raise ApiError(400, f"Cannot enforce the requested output format: {exc}") from None
-        self._constraints[oc] = compiled
+        self._constraints[key] = compiled
         while len(self._constraints) > 64:
             self._constraints.popitem(last=False)
         return compiled
