@@ -139,3 +139,18 @@ def test_reference_tokenizer_agrees_on_added_vocabulary(tokenizer) -> None:
     ref = dr.Tokenizer.from_file(str(deepseek_v4_tokenizer_path()))
     for spelling in deepseek_v4.SPECIAL_TOKENS:
         assert ref.encode(spelling) == [tokenizer.special_id(spelling)]
+
+
+def test_long_and_short_spans_together_equal_reference(tokenizer, ref_v4_encoder) -> None:
+    """Spans above the segment threshold go through parallel segment encoding, the rest in one batch."""
+    long_text = ("Paris is the capital of France. 巴黎是法国的首都。 12345678\n" * 500)[:40_000]
+    conv = Conversation(
+        (Message("system", "Be brief."), Message("user", long_text), Message("user", "short")),
+        tools=(WEATHER,),
+        reasoning_effort="max",
+    )
+    rendered = deepseek_v4.render(conv)
+    assert len(long_text) >= tokenizer.segments.threshold_chars
+    ids = encode_rendered(rendered, tokenizer)
+    assert ids == encode_rendered_uncached(rendered, tokenizer)
+    assert ids == ref_v4_encoder.encode(to_reference(conv))
