@@ -1,0 +1,119 @@
+"""Chat Completions chunks (`chat.completion.chunk`) built from parsed pieces.
+
+Reasoning is sent as `delta.reasoning_content` (DeepSeek's own field, which the reference and the
+DeepSeek API use; the `openai` SDK keeps it as an extra field). Clients of vLLM-style servers read
+`delta.reasoning`; set `reasoning_field="reasoning"` or `"both"` on the processor to emit that spelling
+as well. On input, conversion accepts either spelling on assistant history.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from recipe.stream.pieces import ContentPiece, Piece, ReasoningPiece, ToolCallArguments, ToolCallStart
+from recipe.stream.sse import Event, done_event
+from recipe.stream.usage import Usage
+
+ReasoningField = Literal["reasoning_content", "reasoning", "both"]
+
+
+class ChatEventBuilder:
+    """Builds the chunks of one choice; `index` is the choice index (n > 1)."""
+
+    def __init__(
+        self,
+        *,
+        response_id: str,
+        model: str,
+        created: int,
+        thinking: bool,
+        include_usage: bool,
+        index: int = 0,
+        reasoning_field: ReasoningField = "reasoning_content",
+    ) -> None:
+        self.response_id = response_id
+        self.model = model
+        self.created = created
+        self.thinking = thinking
+        self.include_usage = include_usage
+        self.index = index
+        self.reasoning_field = reasoning_field
+        self.system_fingerprint: str | None = None
+
+    def _reasoning(self, delta: dict[str, Any], value: str | None) -> None:
+        if self.reasoning_field in ("reasoning_content", "both"):
+            delta["reasoning_content"] = value
+        if self.reasoning_field in ("reasoning", "both"):
+            delta["reasoning"] = value
+
+    def _chunk(
+        self, delta: dict[str, Any], logprobs: Any = None, finish_reason: str | None = None,
+        usage: dict[str, Any] | None = None, final: bool = False,
+    ) -> Event:
+        data: dict[str, Any] = {
+            "id": self.response_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": self.system_fingerprint,
+            "choices": [{"index": self.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}],
+        }
+        if final:
+            data["usage"] = usage
+        elif self.include_usage:
+            data["usage"] = None
+        return Event(None, data)
+
+    def start(self) -> list[Event]:
+        delta: dict[str, Any] = {"role": "assistant"}
+        if self.thinking:
+            delta["content"] = None
+            self._reasoning(delta, "")
+        else:
+            delta["content"] = ""
+        return [self._chunk(delta)]
+
+    def piece(self, piece: Piece) -> Event:
+        if isinstance(piece, ContentPiece):
+            delta: dict[str, Any] = {"content": piece.text}
+            if self.thinking:
+                self._reasoning(delta, None)
+            lp = {"content": list(piece.logprobs)} if piece.logprobs is not None else None
+            return self._chunk(delta, lp)
+        if isinstance(piece, ReasoningPiece):
+            delta = {"content": None}
+            self._reasoning(delta, piece.text)
+            lp = {"reasoning_content": list(piece.logprobs)} if piece.logprobs is not None else None
+            return self._chunk(delta, lp)
+        if isinstance(piece, ToolCallStart):
+            call = {
+                "index": piece.index,
+                "id": piece.call_id,
+                "type": "function",
+                "function": {"name": piece.name, "arguments": ""},
+            }
+            return self._chunk({"tool_calls": [call]})
+        assert isinstance(piece, ToolCallArguments)
+        return self._chunk({"tool_calls": [{"index": piece.index, "function": {"arguments": piece.text}}]})
+
+    def finish(self, finish_reason: str, usage: Usage, *, done: bool = True) -> list[Event]:
+        delta: dict[str, Any] = {"content": ""}
+        if self.thinking:
+            self._reasoning(delta, None)
+        events = [self._chunk(delta, None, finish_reason, usage.chat(), final=True)]
+        if done:
+            events.append(done_event())
+        return events
+
+    def error(self, message: str) -> list[Event]:
+        """vLLM-style mid-stream error then `[DONE]`; the `openai` SDK raises `APIError` on it."""
+        body = {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+        return [Event(None, body), done_event()]
+
+
+def chat_finish_reason(backend_reason: str, has_tool_calls: bool) -> str:
+    if backend_reason == "length":
+        return "length"
+    if backend_reason == "content_filter":
+        return "content_filter"
+    return "tool_calls" if has_tool_calls else "stop"

@@ -1,0 +1,58 @@
+"""Token log probabilities rendered as OpenAI `logprobs.content` entries (`token`, `logprob`, `bytes`, `top_logprobs`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from recipe.stream.updates import TokenLogprob
+
+
+@functools.cache
+def _byte_decoder() -> dict[str, int]:
+    """The inverse of GPT-2's byte-to-unicode table used by byte-level BPE vocabularies."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
+
+
+class LogprobRenderer:
+    """Renders ids + `TokenLogprob`s for one tokenizer; token spellings are cached."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tok = tokenizer
+        self._cache: dict[int, tuple[str, list[int]]] = {}
+
+    def token(self, token_id: int) -> tuple[str, list[int]]:
+        hit = self._cache.get(token_id)
+        if hit is not None:
+            return hit
+        raw = self._tok.id_to_token(token_id)
+        dec = _byte_decoder()
+        if raw is not None and token_id not in self._tok.special_ids and all(c in dec for c in raw):
+            data = [dec[c] for c in raw]
+            # a token holding part of a character is spelled with \xNN escapes, as the reference does
+            text = bytes(data).decode("utf-8", errors="backslashreplace")
+        else:
+            text = self._tok.decode([token_id])
+            data = list(text.encode("utf-8"))
+        self._cache[token_id] = (text, data)
+        return text, data
+
+    def entries(self, ids: Sequence[int], logprobs: Sequence[TokenLogprob]) -> tuple[dict[str, Any], ...]:
+        out = []
+        for token_id, lp in zip(ids, logprobs, strict=True):
+            text, data = self.token(token_id)
+            top = []
+            for alt_id, alt_lp in lp.top:
+                alt_text, alt_data = self.token(int(alt_id))
+                top.append({"token": alt_text, "logprob": float(alt_lp), "bytes": alt_data})
+            out.append({"token": text, "logprob": float(lp.logprob), "bytes": data, "top_logprobs": top})
+        return tuple(out)

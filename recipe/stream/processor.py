@@ -1,0 +1,265 @@
+"""`StreamProcessor`: backend updates in, protocol events (and the complete response) out.
+
+One processor serves one choice of one request. Feed it `Ready`, `TextUpdate`/`TokenUpdate`s and
+`Finish` (recipe.stream.updates); each `feed` returns the events to send now. `response()` is the
+complete (non-stream) body, by definition the accumulation of the events emitted so far. Bad backend
+input raises `StreamInputError`; `error_events(message)` then gives the API's mid-stream error events
+that close the stream cleanly.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from recipe.conversation import ConversationRequest
+from recipe.stream.accumulate import accumulate_chat, accumulate_messages, accumulate_responses
+from recipe.stream.chat_events import ChatEventBuilder, ReasoningField, chat_finish_reason
+from recipe.stream.logprobs import LogprobRenderer
+from recipe.stream.messages_events import MessagesEventBuilder, messages_stop_reason
+from recipe.stream.pieces import Piece, ToolCallStart
+from recipe.stream.responses_events import ResponsesEventBuilder
+from recipe.stream.sse import Event
+from recipe.stream.text_parser import OutputFormat, OutputTextParser
+from recipe.stream.token_markers import SENTINEL_OF
+from recipe.stream.token_text import UpdateDecoder
+from recipe.stream.updates import BackendUpdate, Finish, Ready, StreamInputError, TextUpdate, TokenUpdate
+from recipe.stream.usage import Usage
+
+Api = Literal["chat", "messages", "responses"]
+
+
+class StreamProcessor:
+    """Parses one choice's output and emits the events of `api` (see module docstring)."""
+
+    def __init__(
+        self,
+        api: Api,
+        request: ConversationRequest,
+        *,
+        response_id: str,
+        model: str,
+        tokenizer: Any = None,
+        output_format: OutputFormat = "deepseek_v4",
+        created: int | None = None,
+        echo: dict[str, Any] | None = None,
+        signature: str | None = None,
+        reasoning_field: ReasoningField = "reasoning_content",
+        choice_index: int = 0,
+        emit_done: bool = True,
+    ) -> None:
+        if api not in ("chat", "messages", "responses"):
+            raise ValueError(f"unknown api {api!r}: expected 'chat', 'messages' or 'responses'")
+        self.api = api
+        self.request = request
+        self.tokenizer = tokenizer
+        self.created = created if created is not None else int(time.time())
+        self.parser = OutputTextParser(request.parsing_options, output_format)
+        self.thinking = self.parser.thinking
+        self.usage = Usage()
+        self.events: list[Event] = []
+        self.finished = False
+        self.closed = False
+        self._started = False
+        self._has_calls = False
+        self._emit_done = emit_done
+        self._decoder = UpdateDecoder(tokenizer) if tokenizer is not None else None
+        self._logprobs = LogprobRenderer(tokenizer) if tokenizer is not None else None
+        self._held_logprobs: list[dict[str, Any]] = []  # entries of tokens whose text is not out yet
+        self._special_ids: frozenset[int] = frozenset(getattr(tokenizer, "special_ids", ()) or ())
+        added = getattr(tokenizer, "added_ids", {}) or {}
+        self._marker_ids = {added[s]: sentinel for s, sentinel in SENTINEL_OF.items() if s in added}
+        self._chat: ChatEventBuilder | None = None
+        self._messages: MessagesEventBuilder | None = None
+        self._responses: ResponsesEventBuilder | None = None
+        if api == "chat":
+            self._chat = ChatEventBuilder(
+                response_id=response_id, model=model, created=self.created, thinking=self.thinking,
+                include_usage=request.include_usage, index=choice_index, reasoning_field=reasoning_field,
+            )
+        elif api == "messages":
+            self._messages = MessagesEventBuilder(
+                response_id=response_id, model=model, thinking=self.thinking, signature=signature
+            )
+        else:
+            self._responses = ResponsesEventBuilder(response_id=response_id, model=model, created=created, echo=echo)
+
+    # ---- public ---------------------------------------------------------------------------------
+
+    def feed(self, update: BackendUpdate) -> list[Event]:
+        """Process one backend update and return the events it completes."""
+        if self.closed:
+            raise StreamInputError("stream processor is closed")
+        if self.finished:
+            raise StreamInputError("stream processor has finished: no update may follow the end of output")
+        if isinstance(update, Ready):
+            return self._record(self._ready(update))
+        if isinstance(update, TextUpdate):
+            return self._record(self._text(update))
+        if isinstance(update, TokenUpdate):
+            return self._record(self._tokens(update))
+        if isinstance(update, Finish):
+            return self._record(self._finish(update.reason, explicit=True))
+        raise StreamInputError(f"unknown backend update {type(update).__name__}")
+
+    def finish(self) -> list[Event]:
+        """End the output without a `Finish` update (as if the backend said `stop`); idempotent."""
+        if self.finished or self.closed:
+            return []
+        return self._record(self._finish("stop", explicit=False))
+
+    def response(self) -> dict[str, Any]:
+        """The complete response: the accumulation of every event emitted so far."""
+        if self.api == "chat":
+            return accumulate_chat(self.events, created=self.created)
+        if self.api == "messages":
+            return accumulate_messages(self.events)
+        return accumulate_responses(self.events)
+
+    def error_events(self, message: str) -> list[Event]:
+        """Close the stream with the API's mid-stream error (after a `StreamInputError` or a backend failure)."""
+        self.closed = True
+        if self._chat is not None:
+            events = self._chat.error(message)
+        elif self._messages is not None:
+            events = self._messages.error(message)
+        else:
+            assert self._responses is not None
+            events = self._responses.error(message)
+        self.events.extend(events)
+        return events
+
+    # ---- internals ------------------------------------------------------------------------------
+
+    def _record(self, events: list[Event]) -> list[Event]:
+        self.events.extend(events)
+        return events
+
+    def _preamble(self) -> list[Event]:
+        if self._started:
+            return []
+        self._started = True
+        if self._chat is not None:
+            return self._chat.start()
+        if self._messages is not None:
+            return self._messages.start(self.usage)
+        assert self._responses is not None
+        return self._responses.start()
+
+    def _ready(self, update: Ready) -> list[Event]:
+        if self._started:
+            raise StreamInputError("Ready must be the first backend update")
+        if update.prompt_tokens < 0 or not 0 <= update.cached_tokens <= max(update.prompt_tokens, 0):
+            raise StreamInputError(
+                f"invalid prompt usage: {update.cached_tokens} cached of {update.prompt_tokens} prompt tokens"
+            )
+        self.usage.prompt_tokens = update.prompt_tokens
+        self.usage.cached_tokens = update.cached_tokens
+        if self._chat is not None:
+            self._chat.system_fingerprint = update.system_fingerprint
+        return self._preamble()
+
+    def _text(self, update: TextUpdate) -> list[Event]:
+        try:
+            update.text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            self.closed = True
+            raise StreamInputError(f"invalid UTF-8 in backend text: {exc.reason} at offset {exc.start}") from None
+        if update.token_count < 0:
+            self.closed = True
+            raise StreamInputError(f"invalid token count {update.token_count}")
+        self.usage.completion_tokens += update.token_count
+        events = self._preamble()
+        return events + self._pieces(self.parser.feed(update.text))
+
+    def _tokens(self, update: TokenUpdate) -> list[Event]:
+        ids = list(update.token_ids)
+        if self._decoder is None or self._logprobs is None:
+            self.closed = True
+            raise StreamInputError("token update received without a tokenizer")
+        if update.logprobs is not None and len(update.logprobs) != len(ids):
+            self.closed = True
+            raise StreamInputError(
+                f"invalid log probabilities: {len(update.logprobs)} log probabilities for {len(ids)} token IDs"
+            )
+        try:
+            self.parser.use_token_markers()
+            segments = []
+            for start, end in _special_runs(ids, self._special_ids):
+                run = ids[start:end]
+                text = self._decoder.add_many(run)
+                if end - start == 1 and run[0] in self._marker_ids:
+                    text = self._marker_ids[run[0]]
+                if update.logprobs is not None:
+                    self._held_logprobs.extend(self._logprobs.entries(run, list(update.logprobs)[start:end]))
+                if not text:
+                    continue
+                entries = None
+                if self._held_logprobs:
+                    entries = tuple(self._held_logprobs)
+                    self._held_logprobs = []
+                segments.append((text, entries))
+        except (ValueError, OverflowError, TypeError) as exc:
+            self.closed = True
+            raise StreamInputError(f"cannot decode token ids: {exc}") from None
+        self.usage.completion_tokens += len(ids)
+        events = self._preamble()
+        return events + self._pieces(self.parser.feed_segments(segments))
+
+    def _pieces(self, pieces: list[Piece]) -> list[Event]:
+        events: list[Event] = []
+        for piece in pieces:
+            if isinstance(piece, ToolCallStart):
+                self._has_calls = True
+            if self._chat is not None:
+                events.append(self._chat.piece(piece))
+            elif self._messages is not None:
+                events += self._messages.piece(piece)
+            else:
+                assert self._responses is not None
+                events += self._responses.piece(piece)
+        if self.parser.stop_sequence is not None and not self.finished:
+            events += self._complete("stop", explicit=False)
+        return events
+
+    def _finish(self, reason: str, explicit: bool) -> list[Event]:
+        events = self._preamble()
+        if self._decoder is not None:
+            tail = self._decoder.finish()
+            if tail:
+                events += self._pieces(self.parser.feed(tail))
+        if self.finished:
+            return events
+        events += self._pieces(self.parser.finish())
+        if self.finished:
+            return events
+        return events + self._complete(reason, explicit)
+
+    def _complete(self, reason: str, explicit: bool) -> list[Event]:
+        self.finished = True
+        if self.thinking and self.tokenizer is not None:
+            reasoning = "".join(self.parser.reasoning_text)
+            self.usage.reasoning_tokens = len(self.tokenizer.full.encode(reasoning, add_special_tokens=False).ids)
+        stop_seq = self.parser.stop_sequence
+        calls = self._has_calls and explicit
+        if self._chat is not None:
+            return self._chat.finish(chat_finish_reason(reason, calls), self.usage, done=self._emit_done)
+        if self._messages is not None:
+            return self._messages.finish(messages_stop_reason(reason, calls, stop_seq), stop_seq, self.usage)
+        assert self._responses is not None
+        return self._responses.finish(reason, self.usage)
+
+
+def _special_runs(ids: list[int], special: frozenset[int]) -> list[tuple[int, int]]:
+    """Split `ids` into runs: each special token alone, plain tokens grouped (the reference's segments)."""
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for i, tid in enumerate(ids):
+        if tid in special:
+            if i > start:
+                runs.append((start, i))
+            runs.append((i, i + 1))
+            start = i + 1
+    if start < len(ids):
+        runs.append((start, len(ids)))
+    return runs

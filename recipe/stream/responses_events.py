@@ -1,0 +1,217 @@
+"""OpenAI Responses stream events built from parsed pieces.
+
+`response.created` and `response.in_progress` carry the response object (status `in_progress`); each
+output item (reasoning `rs_<id>_<i>`, message `msg_<id>_<i>`, function call `fc_<id>_<i>`) goes
+`output_item.added` → (`content_part.added` → deltas → `…done` → `content_part.done`) → `output_item.done`;
+the last event is `response.completed` or `response.incomplete`. `sequence_number` counts from 0.
+A message followed by tool calls is marked `phase: "commentary"` when it is done.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from recipe.stream.pieces import ContentPiece, Piece, ReasoningPiece, ToolCallArguments, ToolCallStart
+from recipe.stream.responses_echo import default_echo
+from recipe.stream.sse import Event
+from recipe.stream.usage import Usage
+
+
+class ResponsesEventBuilder:
+    def __init__(
+        self, *, response_id: str, model: str, created: int | None = None, echo: dict[str, Any] | None = None
+    ) -> None:
+        self.response_id = response_id
+        self.model = model
+        self.created = created
+        self.echo = echo if echo is not None else default_echo()
+        self._seq = 0
+        self._output: list[dict[str, Any]] = []
+        self._item: dict[str, Any] | None = None
+        self._text: list[str] = []
+        self._logprobs: list[dict[str, Any]] = []
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _ev(self, name: str, fields: dict[str, Any]) -> Event:
+        data = {"type": name, **fields, "sequence_number": self._seq}
+        self._seq += 1
+        return Event(name, data)
+
+    def _ev_sorted(self, name: str, fields: dict[str, Any]) -> Event:
+        data: dict[str, Any] = {"type": name}
+        fields = dict(fields, sequence_number=self._seq)
+        for key in sorted(fields):
+            data[key] = fields[key]
+        self._seq += 1
+        return Event(name, data)
+
+    def response_object(
+        self, status: str, *, output: list[dict[str, Any]], usage: dict[str, Any] | None,
+        completed_at: int | None, incomplete_reason: str | None = None,
+    ) -> dict[str, Any]:
+        e = self.echo
+        created = self.created if self.created is not None else int(time.time())
+        return {
+            "id": self.response_id,
+            "object": "response",
+            "created_at": created,
+            "status": status,
+            "background": False,
+            "completed_at": completed_at,
+            "content_filters": None,
+            "error": None,
+            "frequency_penalty": 0.0,
+            "incomplete_details": {"reason": incomplete_reason} if incomplete_reason else None,
+            "instructions": e["instructions"],
+            "max_output_tokens": e["max_output_tokens"],
+            "max_tool_calls": None,
+            "model": self.model,
+            "moderation": None,
+            "output": output,
+            "parallel_tool_calls": True,
+            "presence_penalty": 0.0,
+            "previous_response_id": None,
+            "prompt_cache_key": None,
+            "prompt_cache_retention": None,
+            "reasoning": e["reasoning"],
+            "safety_identifier": None,
+            "service_tier": "default",
+            "store": False,
+            "temperature": e["temperature"],
+            "text": e["text"],
+            "tool_choice": e["tool_choice"],
+            "tools": e["tools"],
+            "top_logprobs": e["top_logprobs"],
+            "top_p": e["top_p"],
+            "truncation": "disabled",
+            "usage": usage,
+            "user": e["user"],
+            "metadata": {},
+        }
+
+    # ---- stream -------------------------------------------------------------------------------
+
+    def start(self) -> list[Event]:
+        if self.created is None:
+            self.created = int(time.time())
+        obj = self.response_object("in_progress", output=[], usage=None, completed_at=None)
+        return [self._ev("response.created", {"response": obj}), self._ev("response.in_progress", {"response": obj})]
+
+    def _close_item(self, status: str, commentary: bool = False) -> list[Event]:
+        item = self._item
+        if item is None:
+            return []
+        self._item = None
+        idx = len(self._output)
+        events: list[Event] = []
+        text = "".join(self._text)
+        part: dict[str, Any]
+        done: dict[str, Any]
+        if item["type"] == "reasoning":
+            part = {"type": "reasoning_text", "text": text}
+            events.append(self._ev_sorted("response.reasoning_text.done", {
+                "content_index": 0, "item_id": item["id"], "output_index": idx, "text": text}))
+            events.append(self._ev_sorted("response.content_part.done", {
+                "content_index": 0, "item_id": item["id"], "output_index": idx, "part": part}))
+            done = {"type": "reasoning", "id": item["id"], "status": status, "content": [part],
+                    "summary": [], "encrypted_content": item["encrypted_content"]}
+        elif item["type"] == "message":
+            lps = list(self._logprobs)
+            part = {"type": "output_text", "annotations": [], "logprobs": lps, "text": text}
+            events.append(self._ev_sorted("response.output_text.done", {
+                "content_index": 0, "item_id": item["id"], "logprobs": lps, "output_index": idx, "text": text}))
+            events.append(self._ev_sorted("response.content_part.done", {
+                "content_index": 0, "item_id": item["id"], "output_index": idx, "part": part}))
+            done = {"type": "message", "id": item["id"], "status": status, "role": "assistant",
+                    "phase": "commentary" if commentary else "final_answer", "content": [part]}
+        else:
+            events.append(self._ev("response.function_call_arguments.done", {
+                "arguments": text, "item_id": item["id"], "output_index": idx}))
+            done = {"type": "function_call", "id": item["id"], "status": status, "call_id": item["call_id"],
+                    "name": item["name"], "arguments": text}
+        events.append(self._ev("response.output_item.done", {"item": done, "output_index": idx}))
+        self._output.append(done)
+        self._text = []
+        self._logprobs = []
+        return events
+
+    def _open_item(self, item: dict[str, Any], part: dict[str, Any] | None) -> list[Event]:
+        self._item = item
+        idx = len(self._output)
+        events = [self._ev("response.output_item.added", {"item": dict(item), "output_index": idx})]
+        if part is not None:
+            events.append(self._ev_sorted("response.content_part.added", {
+                "content_index": 0, "item_id": item["id"], "output_index": idx, "part": part}))
+        return events
+
+    def piece(self, piece: Piece) -> list[Event]:
+        idx = len(self._output)
+        rid = self.response_id
+        cur = self._item["type"] if self._item is not None else None
+        if isinstance(piece, ReasoningPiece):
+            events: list[Event] = []
+            if cur != "reasoning":
+                events += self._close_item("completed")
+                idx = len(self._output)
+                item = {"type": "reasoning", "id": f"rs_{rid}_{idx}", "status": "in_progress", "content": [],
+                        "summary": [], "encrypted_content": f"{rid}-{idx}"}
+                events += self._open_item(item, {"type": "reasoning_text", "text": ""})
+            self._text.append(piece.text)
+            events.append(self._ev_sorted("response.reasoning_text.delta", {
+                "content_index": 0, "delta": piece.text, "item_id": f"rs_{rid}_{idx}", "output_index": idx}))
+            return events
+        if isinstance(piece, ContentPiece):
+            events = []
+            if cur != "message":
+                events += self._close_item("completed")
+                idx = len(self._output)
+                item = {"type": "message", "id": f"msg_{rid}_{idx}", "status": "in_progress", "role": "assistant",
+                        "phase": "final_answer", "content": []}
+                events += self._open_item(item, {"type": "output_text", "annotations": [], "logprobs": [], "text": ""})
+            self._text.append(piece.text)
+            lps = [_responses_logprob(e) for e in piece.logprobs] if piece.logprobs else []
+            self._logprobs.extend(lps)
+            events.append(self._ev_sorted("response.output_text.delta", {
+                "content_index": 0, "delta": piece.text, "item_id": f"msg_{rid}_{idx}", "logprobs": lps,
+                "output_index": idx}))
+            return events
+        if isinstance(piece, ToolCallStart):
+            events = self._close_item("completed", commentary=True)
+            idx = len(self._output)
+            item = {"type": "function_call", "id": f"fc_{rid}_{idx}", "status": "in_progress",
+                    "call_id": piece.call_id, "name": piece.name, "arguments": ""}
+            return events + self._open_item(item, None)
+        assert isinstance(piece, ToolCallArguments)
+        self._text.append(piece.text)
+        return [self._ev("response.function_call_arguments.delta", {
+            "delta": piece.text, "item_id": f"fc_{rid}_{idx}", "output_index": idx})]
+
+    def finish(self, backend_reason: str, usage: Usage) -> list[Event]:
+        incomplete = None
+        if backend_reason == "length":
+            incomplete = "max_output_tokens"
+        elif backend_reason == "content_filter":
+            incomplete = "content_filter"
+        events = self._close_item("incomplete" if incomplete else "completed")
+        obj = self.response_object(
+            "incomplete" if incomplete else "completed", output=list(self._output), usage=usage.responses(),
+            completed_at=int(time.time()), incomplete_reason=incomplete,
+        )
+        name = "response.incomplete" if incomplete else "response.completed"
+        events.append(self._ev(name, {"response": obj}))
+        return events
+
+    def error(self, message: str) -> list[Event]:
+        """The Responses `error` event (the `openai` SDK yields it as an event of type `error`)."""
+        return [self._ev("error", {"code": "server_error", "message": message, "param": None})]
+
+
+def _responses_logprob(entry: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "token": entry["token"],
+        "logprob": entry["logprob"],
+        "bytes": entry["bytes"],
+        "top_logprobs": [dict(t) for t in entry.get("top_logprobs", [])],
+    }

@@ -1,0 +1,320 @@
+"""The output text state machine: reasoning, answer content, tool-call markup, JSON mode, stop sequences.
+
+Fed one backend chunk at a time, `OutputTextParser` returns the `Piece`s that are certain. Rules
+(codec-spec §4.2, matched event by event against the official reference):
+
+* Reasoning runs until the first `</think>`; `ReasoningStart` drops its leading newlines, newlines
+  right before `</think>` are dropped. Content then drops its leading newlines (also at the very start
+  when thinking is off, but not for `ContentContinuation`); any later `</think>` is removed.
+* The first tool-call opener (`<｜DSML｜`, or `<tool_call>` for ChatML) in reasoning or content starts the
+  tool-call region; newlines directly before it are dropped.
+* Stop sequences apply to content only; the earliest match ends the output and nothing after it leaks.
+* Text that may still become part of a marker (a partial `</think>`, tool opener or stop sequence, or
+  newlines that may precede a tool block or `</think>`) is held back. Held text is released in the
+  chunk-sized runs it arrived in, so the grouping of deltas equals the reference's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from recipe.conversation import ParsingOptions, ThinkingInitialStage
+from recipe.stream.chatml_tools import ChatMLToolCallParser
+from recipe.stream.dsml import DSML, DsmlToolCallParser
+from recipe.stream.dsml import OPEN as DSML_OPEN
+from recipe.stream.json_mode import JsonOutputFilter
+from recipe.stream.pieces import ContentPiece, Piece, ReasoningPiece
+from recipe.stream.token_markers import DSML_SENTINEL, THINK_END_SENTINEL, unmask
+
+THINK_END = "</think>"
+OutputFormat = Literal["deepseek_v4", "deepseek_v41", "chatml"]
+LogprobEntries = tuple[dict[str, Any], ...] | None
+_Segment = tuple[str, LogprobEntries]
+
+
+class ToolCallParser(Protocol):
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def call_count(self) -> int: ...
+
+    def feed(self, text: str) -> list[Piece]: ...
+
+    def finish(self) -> list[Piece]: ...
+
+
+@dataclass(frozen=True)
+class OutputMarkup:
+    """The spellings the parser looks for in one model family's output."""
+
+    think_end: str | None
+    tool_open: str
+
+    @staticmethod
+    def for_format(output_format: str) -> OutputMarkup:
+        if output_format == "chatml":
+            return OutputMarkup(think_end=None, tool_open="<tool_call>")
+        if output_format in ("deepseek_v4", "deepseek_v41"):
+            return OutputMarkup(think_end=THINK_END, tool_open=DSML_OPEN)
+        raise ValueError(f"unknown output format {output_format!r}: expected deepseek_v4, deepseek_v41 or chatml")
+
+
+_REASONING, _CONTENT, _TOOLS, _DONE = range(4)
+
+
+class OutputTextParser:
+    """Incremental parser of one choice's output text (see module docstring for the rules)."""
+
+    def __init__(self, options: ParsingOptions, output_format: str = "deepseek_v4") -> None:
+        self.options = options
+        self.output_format = output_format
+        markup = OutputMarkup.for_format(output_format)
+        self._think_end = markup.think_end
+        self._tool_open = markup.tool_open if options.parse_tool_calls else None
+        self._stops = tuple(s for s in options.stop_sequences if s)
+        stage = options.thinking_initial_stage
+        self.thinking = stage is not None and markup.think_end is not None
+        self._tools: ToolCallParser | None = None
+        self.stop_sequence: str | None = None
+        self.reasoning_text: list[str] = []
+        self._pending: list[_Segment] = []
+        self._json = JsonOutputFilter() if options.parse_json_output else None
+        self._strip_leading = False
+        self._token_markers = False
+        self._tail = ""  # the last emitted characters (context for the newline rule before markers)
+        if options.starts_in_tool_calls and self._tool_open is not None:
+            self._mode = _TOOLS
+            self._tools = self._new_tool_parser()
+            self._tools.feed(self._tool_block_opener())
+        elif self.thinking and stage is not None and stage.starts_in_reasoning():
+            self._mode = _REASONING
+            self._strip_leading = stage is ThinkingInitialStage.REASONING_START
+        else:
+            self._mode = _CONTENT
+            self._strip_leading = stage is not ThinkingInitialStage.CONTENT_CONTINUATION
+
+    # ---- public --------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        """True once a stop sequence matched or the tool-call block closed; later text is ignored."""
+        return self._mode == _DONE
+
+    @property
+    def tool_call_count(self) -> int:
+        return self._tools.call_count if self._tools is not None else 0
+
+    def feed(self, text: str, logprobs: LogprobEntries = None) -> list[Piece]:
+        """Parse one backend chunk; `logprobs` (Chat-shaped entries of its tokens) ride on its text."""
+        return self.feed_segments([(text, logprobs)])
+
+    def feed_segments(self, segments: list[_Segment]) -> list[Piece]:
+        """Parse one backend chunk made of several runs (a token update is split at special tokens)."""
+        out: list[Piece] = []
+        if self._json is not None:
+            self._json.begin_chunk()
+        for text, lp in segments:
+            self._feed(text, lp, out)
+        if self._json is not None:
+            out = self._json.end_chunk(out)
+        return out
+
+    def finish(self) -> list[Piece]:
+        """End of output: release everything held back (partial markers become text)."""
+        out: list[Piece] = []
+        if self._json is not None:
+            self._json.begin_chunk()
+        if self._mode in (_REASONING, _CONTENT):
+            self._release(len(self._pending), out)
+        elif self._mode == _TOOLS and self._tools is not None:
+            out.extend(self._tools.finish())
+        if self._json is not None:
+            out = self._json.end_chunk(out)
+        return out
+
+    # ---- internals -----------------------------------------------------------------------------
+
+    def use_token_markers(self) -> None:
+        """Match markers by their special tokens (sentinels written by the processor), not by spelling."""
+        if self._token_markers or self.output_format == "chatml":
+            return
+        self._token_markers = True
+        self._think_end = THINK_END_SENTINEL
+        if self._tool_open is not None:
+            self._tool_open = "<" + DSML_SENTINEL
+
+    def _new_tool_parser(self) -> ToolCallParser:
+        if self.output_format == "chatml":
+            return ChatMLToolCallParser()
+        return DsmlToolCallParser(DSML_SENTINEL if self._token_markers else DSML)
+
+    def _tool_block_opener(self) -> str:
+        if self.output_format == "chatml":
+            return "<tool_call>"
+        return (self._tool_open or DSML_OPEN) + ("tool_calls>\n" if self.output_format == "deepseek_v4" else " calls>\n")
+
+    def _emit(self, seg: _Segment, out: list[Piece]) -> None:
+        text, lp = seg
+        if not text:
+            return
+        self._tail = (self._tail + text)[-32:]
+        text = unmask(text)
+        if self._mode == _REASONING:
+            self.reasoning_text.append(text)
+            out.append(ReasoningPiece(text, lp))
+        else:
+            out.append(ContentPiece(text, lp))
+
+    def _markers(self) -> list[str]:
+        marks: list[str] = []
+        if self._think_end is not None:
+            marks.append(self._think_end)
+        if self._tool_open is not None:
+            marks.append(self._tool_open)
+        if self._mode == _CONTENT:
+            marks.extend(self._stops)
+        return marks
+
+    def _feed(self, text: str, lp: LogprobEntries, out: list[Piece]) -> None:
+        mode = self._mode
+        if mode == _DONE:
+            return
+        if mode == _TOOLS:
+            assert self._tools is not None
+            out.extend(self._tools.feed(text))
+            if self._tools.done:
+                self._mode = _DONE
+            return
+        if self._strip_leading:
+            stripped = text.lstrip("\n")
+            if not stripped:
+                return
+            self._strip_leading = False
+            text = stripped
+        self._pending.append((text, lp))
+        self._scan(out)
+
+    def _scan(self, out: list[Piece]) -> None:
+        while True:
+            joined = "".join(seg[0] for seg in self._pending)
+            marks = self._markers()
+            best = -1
+            best_mark = ""
+            for m in marks:
+                i = joined.find(m)
+                if i >= 0 and (best < 0 or i < best):
+                    best, best_mark = i, m
+            if best < 0:
+                self._release_certain(joined, marks, out)
+                return
+            before, after = _split_segments(self._pending, best, best + len(best_mark))
+            if best_mark == self._think_end and self._mode == _CONTENT:
+                self._pending = before + after
+                continue
+            if best_mark == self._think_end:
+                self._pending = _strip_trailing_newlines(before, best_mark, self._tail)
+                self._release(len(self._pending), out)
+                self._mode = _CONTENT
+                self._tail = ""
+                self._strip_leading = True
+                self._pending = []
+                for seg in after:
+                    self._feed_segment(seg)
+                continue
+            if best_mark == self._tool_open:
+                self._pending = _strip_trailing_newlines(before, best_mark, self._tail)
+                self._release(len(self._pending), out)
+                self._mode = _TOOLS
+                self._tools = self._new_tool_parser()
+                out.extend(self._tools.feed(best_mark + "".join(seg[0] for seg in after)))
+                if self._tools.done:
+                    self._mode = _DONE
+                return
+            # a stop sequence
+            self._pending = before
+            self._release(len(before), out)
+            self.stop_sequence = best_mark
+            self._mode = _DONE
+            return
+
+    def _feed_segment(self, seg: _Segment) -> None:
+        if self._strip_leading:
+            text = seg[0].lstrip("\n")
+            if not text:
+                return
+            self._strip_leading = False
+            seg = (text, seg[1])
+        self._pending.append(seg)
+
+    def _release_certain(self, joined: str, marks: list[str], out: list[Piece]) -> None:
+        hold = len(joined)
+        for m in marks:
+            for k in range(min(len(m) - 1, len(joined)), 0, -1):
+                if joined.endswith(m[:k]):
+                    hold = min(hold, len(joined) - k)
+                    break
+        if self._mode == _REASONING or self._tool_open is not None:
+            while hold > 0 and joined[hold - 1] == "\n":
+                hold -= 1
+        pos = 0
+        n = 0
+        for seg in self._pending:
+            if pos + len(seg[0]) > hold:
+                break
+            pos += len(seg[0])
+            n += 1
+        self._release(n, out)
+
+    def _release(self, n: int, out: list[Piece]) -> None:
+        for seg in self._pending[:n]:
+            self._emit(seg, out)
+        del self._pending[:n]
+
+
+def _split_segments(segments: list[_Segment], start: int, end: int) -> tuple[list[_Segment], list[_Segment]]:
+    """Segments of the text before `start` and after `end`, cut at those offsets.
+
+    A cut segment's logprobs stay with its first surviving part.
+    """
+    before: list[_Segment] = []
+    after: list[_Segment] = []
+    pos = 0
+    for text, lp in segments:
+        s0, s1 = pos, pos + len(text)
+        head = text[: start - s0] if s0 < start else ""
+        tail = text[max(0, end - s0) :] if s1 > end else ""
+        if head:
+            before.append((head, lp))
+            lp = None
+        if tail:
+            after.append((tail, lp))
+        pos = s1
+    return before, after
+
+
+def _strip_trailing_newlines(segments: list[_Segment], mark: str, emitted_tail: str) -> list[_Segment]:
+    """Drop the newlines right before `mark`.
+
+    Like the reference's streaming matcher, a newline that broke a partial match of `mark` (`</thi`
+    then `\n`) was consumed with that failed match and stays.
+    """
+    joined = "".join(seg[0] for seg in segments)
+    run_start = len(joined.rstrip("\n"))
+    keep = run_start
+    if run_start < len(joined):
+        head = emitted_tail + joined[:run_start]
+        lt = head.rfind("<")
+        if lt >= 0 and len(head) - lt < len(mark) and mark.startswith(head[lt:]):
+            keep = run_start + 1
+    segs: list[_Segment] = []
+    pos = 0
+    for text, lp in segments:
+        if pos >= keep:
+            break
+        part = text[: keep - pos]
+        if part:
+            segs.append((part, lp))
+        pos += len(text)
+    return segs
