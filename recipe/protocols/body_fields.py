@@ -167,11 +167,37 @@ def optional(reader: Callable[[Any], Any]) -> Callable[[Any], None]:
     return read
 
 
-def mapping(value: Any, struct_name: str) -> dict[str, Any]:
-    """An object for a serde struct named `struct_name` (a JSON array is read positionally: rejected)."""
+def mapping(
+    value: Any, struct_name: str, n_fields: int | None = None, first: Callable[[Any], Any] | None = None
+) -> dict[str, Any]:
+    """An object for a serde struct named `struct_name` with `n_fields` fields.
+
+    serde also reads a struct from an array, positionally: `first` checks element 0 (the first
+    field); Recipe then rejects the array with serde's length message.
+    """
     if isinstance(value, dict):
         return value
+    if isinstance(value, list) and n_fields is not None:
+        if value and first is not None:
+            first(value[0])
+        n = min(len(value), 1) if first is None else len(value)
+        fail(f"invalid length {n}, expected struct {struct_name} with {n_fields} element{'' if n_fields == 1 else 's'}")
     invalid_type(value, f"struct {struct_name}")
+
+
+def unit_variant(value: Any, variants: Sequence[str]) -> str:
+    """A unit variant of an externally tagged enum: a string, or a map with one key."""
+    if isinstance(value, str):
+        name = value
+    elif isinstance(value, dict):
+        if len(value) != 1:
+            fail("invalid value: map, expected map with a single key")
+        name = next(iter(value))
+    else:
+        invalid_type(value, "string or map")
+    if name not in variants:
+        unknown_variant(name, variants)
+    return name
 
 
 def variant(value: Any, variants: Sequence[str]) -> str:
@@ -195,7 +221,15 @@ def tag(obj: dict[str, Any], key: str, variants: Sequence[str], enum_name: str) 
     return value
 
 
-def tagged_object(value: Any, enum_name: str) -> dict[str, Any]:
+def tagged_object(value: Any, enum_name: str, tag_name: str = "type") -> dict[str, Any]:
+    """An object of an internally tagged enum (an array would carry the tag first: rejected)."""
+    if isinstance(value, list):
+        if not value:
+            fail(f"missing field `{tag_name}`")
+        first = value[0]
+        if not isinstance(first, str):
+            invalid_type(first, "variant identifier")
+        fail(f"invalid type: sequence, expected internally tagged enum {enum_name}")
     if not isinstance(value, dict):
         invalid_type(value, f"internally tagged enum {enum_name}")
     return value

@@ -77,12 +77,12 @@ def _part(value: Any) -> dict[str, Any]:
     elif kind == "image_url":
         if "image_url" not in obj:
             bf.missing("image_url")
-        img = bf.mapping(obj["image_url"], "ChatCompletionImageUrl")
+        img = bf.mapping(obj["image_url"], "ChatCompletionImageUrl", 2, bf.string)
         for k, v in img.items():
             if k == "url":
                 bf.string(v)
             elif k == "detail" and v is not None:
-                bf.variant(v, DETAILS)
+                bf.unit_variant(v, DETAILS)
         if "url" not in img:
             bf.missing("url")
     else:
@@ -92,14 +92,14 @@ def _part(value: Any) -> dict[str, Any]:
 
 
 def _tool_call(value: Any) -> None:
-    obj = bf.mapping(value, "ChatCompletionMessageToolCall")
+    obj = bf.mapping(value, "ChatCompletionRequestToolCall", 3, bf.string)
     for k, v in obj.items():
         if k == "id":
             bf.string(v)
         elif k == "type":
-            bf.variant(v, ("function",))
+            bf.unit_variant(v, ("function",))
         elif k == "function":
-            fn = bf.mapping(v, "FunctionCall")
+            fn = bf.mapping(v, "ChatCompletionRequestFunctionCall", 2, bf.string)
             for fk, fv in fn.items():
                 if fk in ("name", "arguments"):
                     bf.string(fv)
@@ -112,11 +112,14 @@ def _tool_call(value: Any) -> None:
 
 
 def _message(value: Any) -> dict[str, Any]:
-    obj = bf.tagged_object(value, "ChatCompletionRequestMessage")
+    obj = bf.tagged_object(value, "ChatCompletionRequestMessage", "role")
     role = bf.tag(obj, "role", ROLES, "ChatCompletionRequestMessage")
     for k, v in obj.items():
         if k == "content":
-            _content(v, optional=role == "assistant")
+            if role == "latest_reminder":
+                bf.string(v)
+            else:
+                _content(v, optional=role == "assistant")
         elif k == "name":
             bf.opt_string(v)
         elif role == "assistant":
@@ -142,15 +145,14 @@ def _response_format(value: Any) -> None:
     if kind == "json_schema":
         if "json_schema" not in obj:
             bf.missing("json_schema")
-        js = bf.mapping(obj["json_schema"], "JsonSchema")
+        js = bf.mapping(obj["json_schema"], "ChatCompletionResponseFormatJsonSchema", 3, lambda v: None)
         for k, v in js.items():
-            if k in ("name", "description"):
-                bf.opt_string(v) if k == "description" else bf.string(v)
+            if k == "name":
+                bf.opt_string(v)
             elif k == "strict":
                 bf.opt_bool(v)
-        for req in ("name", "schema"):
-            if req not in js:
-                bf.missing(req)
+        if "schema" not in js:
+            bf.missing("schema")
     elif kind == "regex":
         if "regex" not in obj:
             bf.missing("regex")
@@ -158,12 +160,12 @@ def _response_format(value: Any) -> None:
 
 
 def _tool(value: Any) -> None:
-    obj = bf.mapping(value, "ChatCompletionTool")
+    obj = bf.mapping(value, "ChatCompletionTool", 2, lambda v: bf.unit_variant(v, ("function",)))
     for k, v in obj.items():
         if k == "type":
-            bf.variant(v, ("function",))
+            bf.unit_variant(v, ("function",))
         elif k == "function":
-            fn = bf.mapping(v, "FunctionObject")
+            fn = bf.mapping(v, "ChatCompletionFunctionDefinition", 4, bf.string)
             for fk, fv in fn.items():
                 if fk == "name":
                     bf.string(fv)
@@ -192,7 +194,7 @@ def _tool_choice(value: Any) -> None:
 def _stream_options(value: Any) -> None:
     if value is None:
         return
-    obj = bf.mapping(value, "ChatCompletionStreamOptions")
+    obj = bf.mapping(value, "ChatCompletionStreamOptions", 1, bf.opt_bool)
     for k, v in obj.items():
         if k == "include_usage":
             bf.opt_bool(v)
@@ -218,7 +220,6 @@ _FIELD_READERS: dict[str, Any] = {
     "tool_choice": _tool_choice,
     "thinking": lambda v: sampling.read_thinking(v, "ChatCompletionThinking"),
     "reasoning_effort": sampling.read_effort,
-    "user": bf.opt_string,
 }
 
 
@@ -287,6 +288,11 @@ def _convert_messages(raw: list[dict[str, Any]], version: ModelVersion) -> list[
         if role == "tool":
             call_id = m["tool_call_id"]
             if call_id not in pending:
+                if pending:
+                    raise conversion_error(
+                        "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                        f"'tool_call_id', The following tool_call_ids did not have response messages: {call_id}"
+                    )
                 raise conversion_error("Messages with role 'tool' must be a response to a preceding message with 'tool_calls'")
             pending.remove(call_id)
             content, images = _convert_content(m["content"], role, i, version)
@@ -324,6 +330,8 @@ def _convert_messages(raw: list[dict[str, Any]], version: ModelVersion) -> list[
             )
             continue
         content, images = _convert_content(m["content"], role, i, version)
+        if role == "system" and not content:
+            continue  # the reference drops empty system messages
         out.append(Message(role=role, content=content, image_sources=images))
     if pending:
         raise conversion_error(insufficient)

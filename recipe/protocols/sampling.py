@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from recipe.conversation import ModelVersion, ReasoningEffort
 from recipe.errors import conversion_error
-from recipe.protocols.body_fields import fail, to_f32, unexpected, unknown_variant
+from recipe.protocols.body_fields import fail, to_f32, unexpected, unit_variant
 
 EFFORT_VARIANTS = ("none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max")
 THINKING_VARIANTS = ("adaptive", "enabled", "disabled")
@@ -32,11 +32,7 @@ def read_effort(value: object) -> str | None:
     """A request effort string (`none` ... `max`); null reads as absent."""
     if value is None:
         return None
-    if not isinstance(value, str):
-        fail(f"invalid type: {unexpected(value)}, expected string or map")
-    if value not in EFFORT_VARIANTS:
-        unknown_variant(value, EFFORT_VARIANTS)
-    return value
+    return unit_variant(value, EFFORT_VARIANTS)
 
 
 def read_thinking(value: object, struct_name: str) -> bool | None:
@@ -45,11 +41,13 @@ def read_thinking(value: object, struct_name: str) -> bool | None:
 
     if value is None:
         return None
-    obj = bf.mapping(value, struct_name)
+    obj = bf.mapping(value, struct_name, 2, lambda v: bf.unit_variant(v, THINKING_VARIANTS))
     kind: str | None = None
     for key, v in obj.items():
         if key == "type":
-            kind = bf.variant(v, THINKING_VARIANTS)
+            kind = bf.unit_variant(v, THINKING_VARIANTS)
+        elif key == "budget_tokens":
+            bf.opt_unsigned(v, 64)
     if kind is None:
         bf.missing("type")
     return kind != "disabled"

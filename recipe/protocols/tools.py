@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import orjson
 
 from recipe.conversation import OutputConstraint, ToolDefinition
-from recipe.errors import conversion_error
-from recipe.protocols.body_fields import unexpected
+from recipe.errors import RequestError, conversion_error
+from recipe.protocols.body_fields import unexpected, unit_variant
 
 _NAME_RE = re.compile(r"[a-zA-Z0-9_-]+")
 _ABSENT = object()
@@ -46,6 +47,10 @@ ABSENT = _ABSENT
 
 
 def check_name(name: str, path: str) -> None:
+    if not name:
+        raise conversion_error(
+            f"Invalid '{path}': empty string. Expected a string with minimum length 1, but got an empty string instead."
+        )
     if not _NAME_RE.fullmatch(name):
         raise conversion_error(
             f"Invalid '{path}': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."
@@ -95,13 +100,62 @@ def _first_bad_ref(root: Any, node: Any) -> str | None:
     return None
 
 
-def validate_schema_document(schema: Any, prefix: str) -> None:
-    """The checks of compiling `schema` as a JSON Schema: a boolean or an object, `$ref`s resolvable."""
+def _type_names(expected: Any) -> str:
+    if isinstance(expected, list):
+        return "types " + ", ".join(f'"{t}"' for t in sorted(expected))
+    return f'type "{expected}"'
+
+
+def _meta_message(error: Any) -> str:
+    """A metaschema violation worded like the reference's validator (Rust `jsonschema`)."""
+    inst = compact_json(error.instance)
+    kw = error.validator
+    v = error.validator_value
+    if kw == "type":
+        return f"{inst} is not of {_type_names(v)}"
+    if kw == "anyOf":
+        return f"{inst} is not valid under any of the schemas listed in the 'anyOf' keyword"
+    if kw == "minimum":
+        return f"{inst} is less than the minimum of {compact_json(v)}"
+    if kw == "format":
+        return f'{inst} is not a "{v}"'
+    if kw == "uniqueItems":
+        return f"{inst} has non-unique elements"
+    if kw == "enum":
+        return f"{inst} is not one of {compact_json(v)}"
+    if kw == "minItems":
+        return f"{inst} has less than {v} item{'s' if v != 1 else ''}"
+    return str(error.message)
+
+
+@lru_cache(maxsize=1)
+def _metaschema_validator() -> Any:
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(Draft202012Validator.META_SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
+@lru_cache(maxsize=4096)
+def _schema_problem(schema_json: str) -> str | None:
+    schema = orjson.loads(schema_json)
     if not isinstance(schema, (dict, bool)):
-        raise conversion_error(f'{prefix}{_schema_repr(schema)} is not of types "boolean", "object"')
+        return f'{_schema_repr(schema)} is not of types "boolean", "object"'
+    for error in _metaschema_validator().iter_errors(schema):
+        return _meta_message(error)
     bad = _first_bad_ref(schema, schema)
     if bad is not None:
-        raise conversion_error(f"{prefix}Pointer '{bad}' does not exist")
+        return f"Pointer '{bad}' does not exist"
+    return None
+
+
+def validate_schema_document(schema: Any, prefix: str) -> None:
+    """The checks of compiling `schema` as a JSON Schema (draft 2020-12 metaschema, `$ref`s resolvable).
+
+    Results are cached by the schema's JSON text: agents send the same tools with every request.
+    """
+    problem = _schema_problem(compact_json(schema))
+    if problem is not None:
+        raise conversion_error(f"{prefix}{problem}")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -109,6 +163,7 @@ def validate_schema_document(schema: Any, prefix: str) -> None:
 # ----------------------------------------------------------------------------------------------------
 
 _TYPES = ("object", "string", "number", "integer", "boolean", "array", "null")
+_LIST_TYPES = ("string", "number", "integer", "boolean", "null")
 _FORMATS = ("email", "hostname", "ipv4", "ipv6", "uuid")
 _NUMERIC_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 
@@ -132,12 +187,15 @@ def _desc(node: dict[str, Any], out: dict[str, Any]) -> None:
 def _read_strict(node: Any) -> dict[str, Any]:
     """Pass 1: the typed reading (serde) of a strict schema node. Raises `_SchemaShapeError`."""
     if not isinstance(node, dict):
-        if isinstance(node, (list, str, int, float)) and not isinstance(node, bool):
-            raise _shape(f"invalid type: {unexpected(node)}, expected struct Schema")
         raise _shape("one of `type`, `anyOf`, `$ref` field is required")
     if "type" in node:
         t = node["type"]
         if isinstance(t, list):
+            for item in t:
+                try:
+                    unit_variant(item, _LIST_TYPES)
+                except RequestError as exc:
+                    raise _shape(f"field `type`: {exc.message.removeprefix('invalid request body: ')}") from None
             out: dict[str, Any] = {"type": t}
             _desc(node, out)
             return out
@@ -215,7 +273,7 @@ def _read_strict(node: Any) -> dict[str, Any]:
         branches = node["anyOf"]
         if not isinstance(branches, list):
             raise _shape(f"invalid type: {unexpected(branches)}, expected a sequence")
-        out = {"anyOf": [_read_strict(b) for b in branches]}
+        out = {"anyOf": [_read_branch(b) for b in branches]}
         _desc(node, out)
         return out
     if "$ref" in node:
@@ -224,6 +282,16 @@ def _read_strict(node: Any) -> dict[str, Any]:
             raise _shape(f"invalid type: {unexpected(ref)}, expected a string")
         return {"$ref": ref}
     raise _shape("one of `type`, `anyOf`, `$ref` field is required")
+
+
+def _read_branch(node: Any) -> dict[str, Any]:
+    """An `anyOf` branch: serde reports its errors under `field `anyOf``."""
+    try:
+        if not isinstance(node, dict):
+            raise _shape(f"invalid type: {unexpected(node)}, expected internally tagged enum JsonSchemaType")
+        return _read_strict(node)
+    except _SchemaShapeError as exc:
+        raise _shape(f"field `anyOf`: {exc}") from None
 
 
 def _check_strict(node: dict[str, Any], top: bool) -> dict[str, Any]:
@@ -288,9 +356,9 @@ def _check_parameters(spec: ToolSpec) -> Any:
         params = {}
     prefix = f"Invalid schema for function '{spec.name}': "
     if spec.parameters is not ABSENT:
-        validate_schema_document(params, prefix)
         if spec.strict:
             return normalize_strict_schema(params, prefix="Invalid tool parameters schema : ", require_object=True)
+        validate_schema_document(params, prefix)
         if not (isinstance(params, dict) and params.get("type") == "object"):
             got = params.get("type") if isinstance(params, dict) else None
             raise conversion_error(
@@ -322,6 +390,10 @@ def finish_tools(
     the protocol already checked names while reading its tools (Messages, Responses: even for
     tool_choice `none`).
     """
+    if not names_checked:
+        for spec in specs:
+            if not spec.name:
+                check_name(spec.name, spec.name_path)
     if choice == "none":
         return ToolSelection((), "none", False)
     if not specs:
