@@ -1,0 +1,211 @@
+"""Long-text encoding and incremental detokenization, against their anchors, in one run.
+
+    .venv/bin/python bench/encode_long.py                      # 10K, 100K, 1M, 10M chars
+    .venv/bin/python bench/encode_long.py --sizes 10000,1000000 --no-single-thread
+
+For each size of deterministic mixed text (English prose, Chinese and kana, digit strings, code, odd
+whitespace) wrapped as one user message (V4, thinking off):
+
+* anchor: the official reference, `deepseek_recipe.DeepseekV4Encoding().with_tokenizer(t).encode(conv)`;
+* one-pass `tokenizers`: `encode` of the plain text with the added vocabulary removed;
+* Recipe: the same rendered prompt, special spans one id each and the plain text through
+  `Tokenizer.encode_plain` (segment-parallel above the threshold).
+
+Medians of several runs; ratios are anchor time / candidate time (above 1 = faster than the anchor).
+Ids are checked equal to the reference's. The same measurement is repeated in a child process with
+`RAYON_NUM_THREADS=1` to show how much comes from the second core. `--sweep` adds the threshold and
+segment-size sweep that set `DEFAULT_THRESHOLD_CHARS` / `DEFAULT_SEGMENT_CHARS`. The detokenizer is
+measured as ids/s of `IncrementalDetokenizer.add` (one id at a time) against one-shot `decode`.
+The development machine is 2 cores shared with other engineers: absolute times are noise, ratios
+from one run are the figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import deepseek_recipe as dr
+
+from recipe.detokenizer import IncrementalDetokenizer
+from recipe.segments import DEFAULT_SEGMENT_CHARS, DEFAULT_THRESHOLD_CHARS
+from recipe.tokenizer import Tokenizer, deepseek_v4_tokenizer_path, load_deepseek_v4_tokenizer
+
+
+def mixed_text(chars: int, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    english = [
+        "The quick brown fox jumps over the lazy dog.",
+        "In 2024, revenue grew by 12.5% to $3,456,789.",
+        "Transformers encode long documents efficiently, and then they stream tokens back.",
+        "Don't split words; it'll change the ids they've got.",
+    ]
+    chinese = ["自然语言处理是人工智能的一个重要领域。", "今天天气很好，我们去公园散步吧！", "深度学习模型需要大量的数据进行训练。"]
+    code = [
+        "def f(x):\n    return x ** 2 + 1\n",
+        "for (int i = 0; i < n; ++i) { sum += a[i]; }\n",
+        "    if not items:\n        raise ValueError('empty')\n",
+    ]
+    parts: list[str] = []
+    size = 0
+    while size < chars:
+        k = rng.random()
+        if k < 0.5:
+            s = " ".join(rng.choice(english) for _ in range(rng.randint(1, 5))) + "\n"
+        elif k < 0.7:
+            s = "".join(rng.choice(chinese) for _ in range(rng.randint(1, 4))) + "\n"
+        elif k < 0.8:
+            s = str(rng.randrange(10 ** rng.randint(1, 20))) + " "
+        else:
+            s = rng.choice(code)
+        parts.append(s)
+        size += len(s)
+    return "".join(parts)[:chars]
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def repeats_for(chars: int) -> int:
+    return 15 if chars <= 10_000 else 7 if chars <= 100_000 else 5 if chars <= 1_000_000 else 3
+
+
+def recipe_encode(tok: Tokenizer, prompt: str, special_ranges: list[tuple[int, int]]) -> list[int]:
+    ids: list[int] = []
+    at = 0
+    for start, end in [*special_ranges, (len(prompt), len(prompt))]:
+        ids += tok.encode_plain(prompt[at:start])
+        if start < end:
+            ids.append(tok.special_id(prompt[start:end]))
+        at = end
+    return ids
+
+
+def measure_encode(sizes: list[int]) -> list[dict[str, Any]]:
+    tok = load_deepseek_v4_tokenizer()
+    reference = dr.DeepseekV4Encoding().with_tokenizer(dr.Tokenizer.from_file(str(deepseek_v4_tokenizer_path())))
+    rows = []
+    for chars in sizes:
+        text = mixed_text(chars, seed=chars)
+        conv = dr.Conversation([dr.UserMessage(text)], thinking_mode=False)
+        rendered = reference.render_conversation(conv)
+        prompt, ranges = rendered.prompt, [tuple(r) for r in rendered.special_ranges]
+        reps = repeats_for(chars)
+        # warm-up (BPE caches, thread pool) for all three
+        reference.encode(conv), tok.encode_plain_one_pass(text), recipe_encode(tok, prompt, ranges)  # type: ignore[arg-type]
+        t_ref, ref_ids = median_time(lambda conv=conv: reference.encode(conv), reps)
+        t_hf, hf_ids = median_time(lambda text=text: tok.encode_plain_one_pass(text), reps)
+        t_rec, rec_ids = median_time(lambda p=prompt, r=ranges: recipe_encode(tok, p, r), reps)  # type: ignore[misc]
+        if rec_ids != ref_ids:
+            raise SystemExit(f"ids differ from the reference at {chars} chars")
+        plain = [i for i in ref_ids if i not in tok.special_ids]
+        if hf_ids != plain:
+            raise SystemExit(f"one-pass tokenizers ids differ from the reference at {chars} chars")
+        rows.append(
+            {
+                "chars": chars,
+                "tokens": len(ref_ids),
+                "segments": len(tok.segments.bounds(text)) - 1,
+                "ref_ms": t_ref * 1e3,
+                "hf_ms": t_hf * 1e3,
+                "recipe_ms": t_rec * 1e3,
+            }
+        )
+    return rows
+
+
+def measure_sweep() -> None:
+    tok = load_deepseek_v4_tokenizer()
+    print("\nthreshold sweep: one pass (encode_batch_fast of the whole text) vs segments of 1/4..1/2 of it, medians")
+    print(f"{'chars':>9} {'one-pass ms':>12} {'segmented ms':>13} {'one-pass/segmented':>19}")
+    for chars in (1_024, 2_048, 4_096, 8_192, 16_384, 32_768, 65_536):
+        text = mixed_text(chars, seed=chars)
+        t_one, _ = median_time(lambda text=text: tok.segments.encode(text, threshold_chars=len(text) + 1), 25)
+        seg = min(DEFAULT_SEGMENT_CHARS, chars // 4)
+        t_seg, _ = median_time(lambda text=text, seg=seg: tok.segments.encode(text, segment_chars=seg, threshold_chars=0), 25)
+        print(f"{chars:>9} {t_one * 1e3:>12.2f} {t_seg * 1e3:>13.2f} {t_one / t_seg:>19.2f}")
+    text = mixed_text(1_000_000, seed=1)
+    print("\nsegment-size sweep at 1M chars, medians")
+    print(f"{'segment chars':>14} {'segments':>9} {'ms':>9}")
+    for seg in (1_024, 2_048, 4_096, 8_192, 16_384, 32_768, 131_072):
+        t, _ = median_time(lambda seg=seg: tok.segments.encode(text, segment_chars=seg, threshold_chars=0), 5)
+        print(f"{seg:>14} {len(tok.segments.bounds(text, segment_chars=seg, threshold_chars=0)) - 1:>9} {t * 1e3:>9.1f}")
+
+
+def measure_detokenizer() -> dict[str, float]:
+    tok = load_deepseek_v4_tokenizer()
+    ids = tok.full.encode(mixed_text(200_000, seed=11), add_special_tokens=False).ids
+    IncrementalDetokenizer(tok)  # build the byte table once, outside the timing
+
+    def stream() -> str:
+        detok = IncrementalDetokenizer(tok)
+        add = detok.add
+        return "".join([add(i) for i in ids]) + detok.finish()
+
+    t_stream, text = median_time(stream, 5)
+    t_once, once = median_time(lambda: tok.decode(ids), 5)
+    if text != once:
+        raise SystemExit("incremental detokenizer output differs from one-shot decode")
+    return {"ids": len(ids), "stream_ids_per_s": len(ids) / t_stream, "oneshot_ids_per_s": len(ids) / t_once}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000,10000000", help="comma-separated character counts")
+    parser.add_argument("--no-single-thread", action="store_true", help="skip the RAYON_NUM_THREADS=1 child run")
+    parser.add_argument("--sweep", action="store_true", help="also run the threshold and segment-size sweeps")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.child:
+        print(json.dumps(measure_encode(sizes)))
+        return
+
+    print(f"cores: {os.cpu_count()}, threshold {DEFAULT_THRESHOLD_CHARS} chars, segments of ~{DEFAULT_SEGMENT_CHARS} chars")
+    rows = measure_encode(sizes)
+    single: dict[int, dict[str, Any]] = {}
+    if not args.no_single_thread:
+        env = dict(os.environ, RAYON_NUM_THREADS="1")
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", "--sizes", args.sizes], env=env, check=True, capture_output=True, text=True
+        )
+        single = {r["chars"]: r for r in json.loads(out.stdout.strip().splitlines()[-1])}
+    print("\nencode, medians in ms; ratio = reference time / candidate time; ids equal to the reference: yes")
+    print(
+        f"{'chars':>10} {'tokens':>9} {'segs':>5} {'reference':>10} {'one-pass':>9} {'recipe':>9}"
+        f" {'ref/one-pass':>13} {'ref/recipe':>11} {'ref/recipe 1 thread':>20}"
+    )
+    for r in rows:
+        one = single.get(r["chars"])
+        one_thread = f"{one['ref_ms'] / one['recipe_ms']:.2f}" if one else "-"
+        print(
+            f"{r['chars']:>10} {r['tokens']:>9} {r['segments']:>5} {r['ref_ms']:>10.1f} {r['hf_ms']:>9.1f}"
+            f" {r['recipe_ms']:>9.1f} {r['ref_ms'] / r['hf_ms']:>13.2f} {r['ref_ms'] / r['recipe_ms']:>11.2f}"
+            f" {one_thread:>20}"
+        )
+    if args.sweep:
+        measure_sweep()
+    d = measure_detokenizer()
+    print(
+        f"\ndetokenizer over {d['ids']} ids: incremental {d['stream_ids_per_s']:,.0f} ids/s,"
+        f" one-shot decode {d['oneshot_ids_per_s']:,.0f} ids/s,"
+        f" incremental/one-shot {d['stream_ids_per_s'] / d['oneshot_ids_per_s']:.2f}; output equal: yes"
+    )
+
+
+if __name__ == "__main__":
+    main()
