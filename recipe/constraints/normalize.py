@@ -60,6 +60,9 @@ def normalize(schema: Any, resources: dict[str, Any] | None = None) -> Normalize
     if not isinstance(schema, dict | bool):
         raise ConstraintError("a JSON Schema must be an object or a boolean")
     out = Normalized(copy.deepcopy(schema))
+    if "$dynamicRef" in json.dumps(schema):
+        out.recursive = True  # dynamic scopes need the document as written
+        return out
     try:
         inlined = _Inliner(schema, out, resources or {}).run()
     except _Recursive:
@@ -120,7 +123,7 @@ class _Inliner:
                 result["$ref"] = ref
                 return result
             key = f"{resolved.resolver._base_uri}|{id(resolved.contents)}"
-            if key in stack:
+            if key in stack or "$dynamicRef" in json.dumps(resolved.contents):
                 raise _Recursive
             target = self._walk(resolved.contents, resolved.resolver, (*stack, key))
             self.out.rewritten.add("$ref")
@@ -365,6 +368,20 @@ def _merge_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | bool |
         return None
     m = dict(a)
     for k, v in b.items():
+        if k in ("enum", "const") and ("enum" in m or "const" in m):
+            have = m.pop("enum") if "enum" in m else [m["const"]]
+            m.pop("const", None)
+            if "enum" in m or not isinstance(have, list):
+                return None
+            new = v if k == "enum" else [v]
+            if not isinstance(new, list):
+                return None
+            keys_new = {_json_key(x) for x in new}
+            both = [x for x in have if _json_key(x) in keys_new]
+            if not both:
+                return False
+            m["enum"] = both
+            continue
         if k not in m:
             m[k] = v
             continue
@@ -381,16 +398,6 @@ def _merge_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | bool |
             m[k] = max(cur, v)
         elif k in ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"):
             m[k] = min(cur, v)
-        elif k in ("enum", "const"):
-            ca = cur if k == "enum" else [cur]
-            cb = v if k == "enum" else [v]
-            keys_b = {_json_key(x) for x in cb}
-            both = [x for x in ca if _json_key(x) in keys_b]
-            if not both:
-                return False
-            m.pop("const", None)
-            m.pop("enum", None)
-            m["enum"] = both
         elif k == "properties":
             props = dict(cur)
             for pk, pv in v.items():
@@ -404,8 +411,6 @@ def _merge_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | bool |
             m[k] = cur * v // math.gcd(cur, v)
         elif _json_key(cur) != _json_key(v):
             return None
-    if "enum" in m and "const" in b and "const" in m:
-        m.pop("const")
     return m
 
 

@@ -123,7 +123,7 @@ class _Builder:
         d = self.special(DSML)
         sp = " " if self.fmt == "dsml_v41" else ""
         head = f'"<" {d} {_lit(sp + "parameter name=" + chr(34) + key + chr(34) + " string=")}'
-        close = f'{d} "parameter>\\n"'
+        close = f'{d} {_lit(sp + "parameter>" + chr(10))}'
         alts = [f'{head} "\\"false\\">" {self.json_of(schema)} "</" {close}']
         if isinstance(schema, dict):
             t = schema.get("type")
@@ -155,7 +155,7 @@ class _Builder:
         body = " ".join(parts)
         blank = ' "\\n"?' if self.fmt == "dsml_v41" else ""
         open_ = f'"<" {d} {_lit(sp + "invoke name=" + chr(34) + tool.name + chr(34) + ">" + chr(10))}'
-        return self.rule(f'{open_}{blank} {body} "</" {d} "invoke>\\n"')
+        return self.rule(f'{open_}{blank} {body} "</" {d} {_lit(sp + "invoke>" + chr(10))}')
 
     def dsml(self, tools: list[ToolSpec], required: bool, thinking: bool) -> str:
         d = self.special(DSML)
@@ -195,9 +195,10 @@ class _Builder:
         text = self.terminal(self.no_text("<tool_call>"))
         if has_special:
             return self.start(f"{text}? | {text}? {calls}", thinking)
-        pre = self.terminal(self.no_text("<tool_call>", "<"))
-        first = self.rule(f'"tool_call>" {ws} {call_json} {ws} {cl}')
-        return self.start(f"{text}? | {pre} {first} ({ws} {call})*", thinking)
+        # text up to and including the first "<tool_call>" is one lexeme: the lexer is greedy
+        pre = self.terminal('/(.|\\n)*<tool_call>/ & ~/(.|\\n)*<tool_call>(.|\\n)+/')
+        first = self.rule(f"{pre} {ws} {call_json} {ws} {cl}")
+        return self.start(f"{text}? | {first} ({ws} {call})*", thinking)
 
     def start(self, body: str, thinking: bool) -> str:
         if thinking:
