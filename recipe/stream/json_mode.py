@@ -1,35 +1,55 @@
-"""JSON output mode (`response_format: json_object`): keep the first JSON value, blank the prose around it.
+"""JSON output mode (`response_format: json_object`): keep the JSON value, blank the prose around it.
 
-Content is scanned for the first `{` or `[`. Text before it is suppressed; after a fenced value
-(```` ```json … ``` ````) the closing fence and everything after it are suppressed; after a bare value the
-rest passes through, unless a closing fence follows directly. Per backend chunk, each suppressed run that
-holds something other than leading whitespace or fence markers is replaced by one space, so a client
-sees where prose was dropped without receiving it.
+Applied per backend chunk to the content pieces, after the text parser (rules matched against the
+official reference):
+
+* Before the value, text is suppressed until a fence opener (```` ``` ```` or ```` ```json ```` plus newline) or a
+  bare `{`/`[`. A bare start is sent as its own delta, the rest of the chunk as the next one.
+* After a fence opener everything passes until a closing `\\n` + ```` ``` ````; after a bare value (braces matched,
+  strings respected) everything passes too, unless `\\n` + ```` ``` ```` follows. From a closing fence on,
+  everything is suppressed.
+* In each chunk, every suppressed run that holds more than fence markers becomes one space `" "`.
+* Text that may be the start of a fence is held back and released in the chunk-sized runs it came in.
+No JSON validation is done (that is the constraint engine's job).
 """
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from recipe.stream.pieces import ContentPiece, Piece
 
-_BEFORE, _VALUE, _AFTER_BARE, _SUPPRESS = range(4)
+LogprobEntries = tuple[dict[str, Any], ...] | None
+
+_SEEK, _BARE, _PASS, _SUPPRESS = range(4)
+_FENCE_OPEN = re.compile(r"```(?:json)?\n")
+_FENCE_OPENERS = ("```json\n", "```\n")
+_FENCE_CLOSE = "\n```"
 
 
 class JsonOutputFilter:
-    """Applied to the content pieces of each chunk, in order."""
+    """Stateful filter over the content pieces of successive chunks."""
 
     def __init__(self) -> None:
-        self._state = _BEFORE
-        self._prefix = ""  # text seen before the value starts (to recognise an opening fence)
-        self._fenced = False
+        self._state = _SEEK
+        self._seek = ""  # unconsumed text while seeking (a partial fence opener)
         self._depth = 0
         self._in_string = False
         self._escape = False
-        self._tail = ""  # text after a bare value (to recognise a closing fence)
-        self._emitted = False
-        self._chunk_suppressed = False
+        self._held: list[str] = []  # passing text held back (may precede a closing fence)
+        self._held_lp: list[LogprobEntries] = []
+        self._lp: LogprobEntries = None  # logprobs of the piece being filtered (every output of it carries them)
+        self._out: list[str] = []
+        self._chunk_out: list[str] = []
+
+    @property
+    def passing(self) -> bool:
+        """Whether text currently passes as the JSON answer (inside or after the value, before a fence)."""
+        return self._state in (_BARE, _PASS)
 
     def begin_chunk(self) -> None:
-        self._chunk_suppressed = False
+        self._chunk_out = []
 
     def end_chunk(self, pieces: list[Piece]) -> list[Piece]:
         out: list[Piece] = []
@@ -37,112 +57,144 @@ class JsonOutputFilter:
             if not isinstance(piece, ContentPiece):
                 out.append(piece)
                 continue
-            kept = self._filter(piece.text)
-            if kept:
-                out.append(ContentPiece(kept, piece.logprobs))
+            self._lp = piece.logprobs
+            for text, lp in self._filter(piece.text):
+                out.append(ContentPiece(text, lp))
         return out
 
-    def _suppress(self, text: str, fence: bool = False) -> str:
-        """Record suppressed text; returns the space that stands for it (at most one per run)."""
-        if fence:
-            return ""
-        if not self._emitted and not text.strip():
-            return ""
-        if text:
-            self._emitted = True
-            return " "
-        return ""
+    # ---- one piece of content ------------------------------------------------------------------
 
-    def _filter(self, text: str) -> str:
+    def _filter(self, text: str) -> list[tuple[str, LogprobEntries]]:
         out: list[str] = []
+        passing: list[str] = []  # text of this piece that passes (one segment)
+        rest = text
+        while rest:
+            if self._state == _SEEK:
+                rest = self._seek_step(rest, out)
+                continue
+            if self._state == _BARE:
+                consumed = self._scan_value(rest)
+                passing.append(rest[:consumed])
+                rest = rest[consumed:]
+                if self._depth == 0:
+                    self._state = _PASS
+                    self._watch_start = len("".join(passing))
+                continue
+            if self._state == _PASS:
+                passing.append(rest)
+                rest = ""
+                continue
+            # _SUPPRESS
+            out.append(" ")
+            rest = ""
+        result = [(t, self._lp) for t in out if t]
+        if passing:
+            result.extend(self._pass("".join(passing)))
+        return result
+
+    def _seek_step(self, rest: str, out: list[str]) -> str:
+        text = self._seek + rest
+        self._seek = ""
         i = 0
         n = len(text)
-        run: list[str] = []
         while i < n:
-            state = self._state
             ch = text[i]
-            if state == _BEFORE:
-                if ch in "{[":
-                    prefix = self._prefix + "".join(run)
-                    fenced = prefix.rstrip().endswith(("```json", "```"))
-                    self._fenced = fenced
-                    body = prefix
-                    if fenced:
-                        body = prefix.rstrip()
-                        body = body[: body.rfind("```")]
-                    out.append(self._suppress(body))
-                    run = []
-                    self._state = _VALUE
-                    self._depth = 0
-                    continue
-                run.append(ch)
-                i += 1
-                continue
-            if state == _VALUE:
+            if ch == "`":
+                tail = text[i:]
+                m = _FENCE_OPEN.match(tail)
+                if m:
+                    if i:
+                        out.append(" ")
+                    self._state = _PASS
+                    self._fenced_pass_start = True
+                    self._watch_start = 0
+                    return tail[m.end() :] or ""
+                if any(o.startswith(tail) for o in _FENCE_OPENERS):
+                    if i:
+                        out.append(" ")
+                    self._seek = tail
+                    return ""
+            elif ch in "{[":
+                if i:
+                    out.append(" ")
                 out.append(ch)
-                self._emitted = True
-                i += 1
-                if self._in_string:
-                    if self._escape:
-                        self._escape = False
-                    elif ch == "\\":
-                        self._escape = True
-                    elif ch == '"':
-                        self._in_string = False
-                elif ch == '"':
-                    self._in_string = True
-                elif ch in "{[":
-                    self._depth += 1
-                elif ch in "}]":
-                    self._depth -= 1
-                    if self._depth == 0:
-                        self._state = _SUPPRESS if self._fenced else _AFTER_BARE
-                        self._tail = ""
-                continue
-            if state == _AFTER_BARE:
-                self._tail += ch
-                stripped = self._tail.lstrip("\n")
-                if stripped.startswith("```"):
-                    self._state = _SUPPRESS
-                    i += 1
-                    continue
-                if "```".startswith(stripped):
-                    i += 1
-                    continue
-                out.append(self._tail)
-                self._tail = ""
-                self._state = _AFTER_BARE_PASS
-                i += 1
-                continue
-            if state == _AFTER_BARE_PASS:
-                out.append(text[i:])
-                break
-            # _SUPPRESS
-            run.append(ch)
+                self._state = _BARE
+                self._depth = 1
+                self._in_string = False
+                self._escape = False
+                return text[i + 1 :]
             i += 1
-        if run:
-            if self._state == _BEFORE:
-                self._prefix += "".join(run)
-                if "".join(run).strip():
-                    pass
-                out.append(self._suppress_before("".join(run)))
-            else:
-                out.append(self._suppress_after("".join(run)))
-        return "".join(out)
+        if text:
+            out.append(" ")
+        return ""
 
-    def _suppress_before(self, text: str) -> str:
-        stripped = text.strip()
-        if not stripped or stripped in ("```", "```json"):
-            return ""
-        self._emitted = True
-        return " "
+    def _scan_value(self, text: str) -> int:
+        """Consume value characters up to (and including) the one that closes the value."""
+        for i, ch in enumerate(text):
+            if self._in_string:
+                if self._escape:
+                    self._escape = False
+                elif ch == "\\":
+                    self._escape = True
+                elif ch == '"':
+                    self._in_string = False
+            elif ch == '"':
+                self._in_string = True
+            elif ch in "{[":
+                self._depth += 1
+            elif ch in "}]":
+                self._depth -= 1
+                if self._depth == 0:
+                    return i + 1
+        return len(text)
 
-    def _suppress_after(self, text: str) -> str:
-        stripped = text.strip()
-        if not stripped or stripped == "```":
-            return ""
-        self._emitted = True
-        return " "
+    def _pass(self, segment: str) -> list[tuple[str, LogprobEntries]]:
+        """Passing text: watch for a closing fence after the value, hold what may start one."""
+        if self._state == _BARE:
+            return [(segment, self._lp)]
+        watch = getattr(self, "_watch_start", 0)
+        self._watch_start = 0
+        held_len = sum(len(h) for h in self._held)
+        self._held.append(segment)
+        self._held_lp.append(self._lp)
+        joined = "".join(self._held)
+        k = joined.find(_FENCE_CLOSE, held_len + watch if not held_len else 0)
+        if k < 0 and held_len:
+            k = joined.find(_FENCE_CLOSE)
+        if k >= 0:
+            out = self._cut(k)
+            self._held = []
+            self._held_lp = []
+            self._state = _SUPPRESS
+            if joined[k + len(_FENCE_CLOSE) :]:
+                out.append((" ", self._lp))
+            return out
+        hold = len(joined)
+        for size in range(min(len(_FENCE_CLOSE) - 1, len(joined)), 0, -1):
+            if joined.endswith(_FENCE_CLOSE[:size]) and len(joined) - size >= (held_len + watch if not held_len else 0):
+                hold = len(joined) - size
+                break
+        out = []
+        pos = 0
+        while self._held and pos + len(self._held[0]) <= hold:
+            pos += len(self._held[0])
+            out.append((self._held.pop(0), self._held_lp.pop(0)))
+        return [o for o in out if o[0]]
 
+    def _cut(self, k: int) -> list[tuple[str, LogprobEntries]]:
+        out: list[tuple[str, LogprobEntries]] = []
+        pos = 0
+        for seg, lp in zip(self._held, self._held_lp, strict=True):
+            if pos >= k:
+                break
+            if seg[: k - pos]:
+                out.append((seg[: k - pos], lp))
+            pos += len(seg)
+        return out
 
-_AFTER_BARE_PASS = 4
+    def finish(self) -> list[tuple[str, LogprobEntries]]:
+        """End of output: release held text."""
+        out = [(h, lp) for h, lp in zip(self._held, self._held_lp, strict=True) if h]
+        self._held = []
+        self._held_lp = []
+        return out

@@ -132,6 +132,7 @@ class OutputTextParser:
             out.extend(self._tools.finish())
         if self._json is not None:
             out = self._json.end_chunk(out)
+            out.extend(ContentPiece(text, lp) for text, lp in self._json.finish())
         return out
 
     # ---- internals -----------------------------------------------------------------------------
@@ -171,7 +172,8 @@ class OutputTextParser:
         marks: list[str] = []
         if self._think_end is not None:
             marks.append(self._think_end)
-        if self._tool_open is not None:
+        if self._tool_open is not None and (self._json is None or not self._json.passing):
+            # in JSON mode, tool-call markup inside the passing JSON answer is answer text
             marks.append(self._tool_open)
         if self._mode == _CONTENT:
             marks.extend(self._stops)
@@ -255,7 +257,7 @@ class OutputTextParser:
                 if joined.endswith(m[:k]):
                     hold = min(hold, len(joined) - k)
                     break
-        if self._mode == _REASONING or self._tool_open is not None:
+        if self._mode == _REASONING or (self._tool_open is not None and self._tool_open in marks):
             while hold > 0 and joined[hold - 1] == "\n":
                 hold -= 1
         pos = 0
