@@ -30,6 +30,7 @@ DEFAULT_THRESHOLD_CHARS = 16_384
 DEFAULT_SEGMENT_CHARS = 8_192
 
 _DIGITS = "0123456789"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class CharClass(enum.IntEnum):
@@ -342,9 +343,21 @@ class SegmentEncoder:
         self, texts: Sequence[str], *, segment_chars: int | None = None, threshold_chars: int | None = None
     ) -> list[list[int]]:
         """`encode` of every text, all segments of all texts in one parallel batch."""
+        for t in texts:
+            if not isinstance(t, str):
+                raise TypeError(f"text to encode must be str, not {type(t).__name__}")
         plans = [self.bounds(t, segment_chars=segment_chars, threshold_chars=threshold_chars) for t in texts]
         pieces = [t[a:b] for t, bounds in zip(texts, plans, strict=True) for a, b in itertools.pairwise(bounds)]
-        encodings = self._encode_batch(pieces, add_special_tokens=False) if pieces else []
+        try:
+            encodings = self._encode_batch(pieces, add_special_tokens=False) if pieces else []
+        except TypeError:
+            for t in texts:
+                bad = _SURROGATE.search(t)
+                if bad is not None:
+                    raise ValueError(
+                        f"text is not valid Unicode: lone surrogate U+{ord(bad.group()):04X} at character {bad.start()}"
+                    ) from None
+            raise
         out: list[list[int]] = []
         i = 0
         for bounds in plans:

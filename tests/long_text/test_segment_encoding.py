@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from long_text_material import FRAGMENTS, adversarial_texts, mixed_text
@@ -80,3 +82,13 @@ def test_golden_prompts_with_tiny_segments(deepseek: Tokenizer) -> None:
                 ids.append(deepseek.special_id(prompt[start:end]))
             at = end
         assert ids == row["token_ids"], row["case_id"]
+
+
+def test_bad_input_gets_a_clear_error(deepseek: Tokenizer) -> None:
+    long_text = mixed_text(40_000, seed=5)
+    cases = [("a\ud800b", "U+D800 at character 1"), (long_text + "\udfff" + long_text, "U+DFFF at character 40000")]
+    for text, where in cases:
+        with pytest.raises(ValueError, match=rf"not valid Unicode: lone surrogate {re.escape(where)}"):
+            deepseek.encode_plain(text)
+    with pytest.raises(TypeError, match="must be str, not int"):
+        deepseek.encode_plain(123)  # type: ignore[arg-type]
