@@ -166,7 +166,7 @@ def render(conv: Conversation) -> RenderedPrompt:
             b.special(ASSISTANT)
             _think(b, m, conv, tools_active)
             assistant_text(b, m.content)
-            if m.tool_calls:
+            if m.tool_calls is not None:  # an empty list renders an empty block on V4
                 render_calls(b, m.tool_calls, DIALECT)
             if not (m.prefix and i == n - 1):
                 b.special(EOS)

@@ -160,7 +160,7 @@ def render(conv: Conversation) -> RenderedPrompt:
             b.special(ASSISTANT)
             _think(b, m, conv, tools_active, i)
             assistant_text(b, m.content)
-            if m.tool_calls:
+            if m.tool_calls:  # an empty list renders nothing on V4.1 (an empty block on V4)
                 render_calls(b, m.tool_calls, DIALECT)
             if not m.prefix:
                 b.special(EOS)

@@ -69,7 +69,7 @@ def conversations(draw: st.DrawFn) -> Conversation:
     """Random conversations of the shapes request conversion produces, plus direct-construction extras."""
     msgs: list[Message] = []
     for _ in range(draw(st.integers(0, 7))):
-        kind = draw(st.sampled_from(["user", "user", "system", "assistant", "calls", "reminder"]))
+        kind = draw(st.sampled_from(["user", "user", "system", "assistant", "calls", "reminder", "tool"]))
         if kind == "user":
             msgs.append(Message("user", draw(texts), image_sources=tuple(draw(st.lists(images, max_size=2)))))
         elif kind == "system":
@@ -85,9 +85,20 @@ def conversations(draw: st.DrawFn) -> Conversation:
         elif kind == "reminder":
             msgs.append(Message("latest_reminder", draw(texts)))
         elif kind == "assistant":
+            # Direct construction only: an empty call list, a prefix flag on a non-final turn.
             msgs.append(
-                Message("assistant", draw(texts), reasoning_content=draw(st.one_of(st.none(), texts)))
+                Message(
+                    "assistant",
+                    draw(texts),
+                    reasoning_content=draw(st.one_of(st.none(), texts)),
+                    tool_calls=draw(st.sampled_from([None, None, ()])),
+                    prefix=draw(st.sampled_from([False, False, True])),
+                )
             )
+        elif kind == "tool":
+            # Tool results that answer no call: only before any call, where the reference's order is defined.
+            if not any(m.tool_calls for m in msgs):
+                msgs.append(Message("tool", draw(texts), tool_call_id=draw(st.sampled_from(["x", None]))))
         else:
             n = draw(st.integers(1, 3))
             calls = tuple(ToolCall(f"c{i}", draw(short_names), draw(_arguments)) for i in range(n))
