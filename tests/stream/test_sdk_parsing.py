@@ -23,7 +23,7 @@ from recipe.stream import render_sse
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "transcripts" / "stream.jsonl.gz"
 with gzip.open(GOLDEN, "rt", encoding="utf-8") as _fh:
     CASES = [json.loads(line) for line in _fh]
-SAMPLE = [c for c in CASES if c["case_id"] % 6 < 2 or c["kind"] in ("tools", "json") and c["case_id"] % 3 == 0]
+SAMPLE = [c for c in CASES if c["case_id"] % 6 < 2 or (c["kind"] in ("tools", "json") and c["case_id"] % 3 == 0)]
 
 
 def _sse(status: int, body: bytes) -> dict[str, Any]:
