@@ -69,8 +69,14 @@ def convert(
     rejects; never another exception for bad input.
     """
     proto = _protocol(api)
-    obj = proto.parse(body)
-    return proto.convert(obj, options or _DEFAULT_OPTIONS)  # type: ignore[no-any-return]
+    try:
+        obj = proto.parse(body)
+        return proto.convert(obj, options or _DEFAULT_OPTIONS)  # type: ignore[no-any-return]
+    except RequestError:
+        raise
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError, RecursionError) as exc:
+        # A body shape the readers did not anticipate: still a clear 400, never a traceback.
+        raise RequestError(f"invalid request body: {type(exc).__name__}: {exc}", kind="parse") from exc
 
 
 def default_max_tokens(request: ConversationRequest) -> int:

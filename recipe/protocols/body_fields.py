@@ -81,6 +81,8 @@ def missing(field: str) -> NoReturn:
 def unknown_variant(value: str, variants: Sequence[str]) -> NoReturn:
     if len(variants) == 1:
         fail(f"unknown variant `{value}`, expected `{variants[0]}`")
+    if len(variants) == 2:
+        fail(f"unknown variant `{value}`, expected `{variants[0]}` or `{variants[1]}`")
     listed = ", ".join(f"`{v}`" for v in variants)
     fail(f"unknown variant `{value}`, expected one of {listed}")
 

@@ -382,8 +382,6 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
     selection = finish_tools(specs, choice, named, thinking)
     if prefix and tools_raw:
         raise conversion_error("Function call should not be used with prefix")
-    if selection.strict and selection.tools and fmt is not None:
-        raise conversion_error("response_format should not be used with tools")
     # response format
     schema = regex = None
     strict_schema = None
@@ -391,11 +389,13 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
         js = fmt["json_schema"]
         schema = js["schema"]
         if js.get("strict"):
-            strict_schema = normalize_strict_schema(schema, prefix="Invalid json schema: ", require_object=False)
+            strict_schema = normalize_strict_schema(schema, for_tool=False)
         else:
             validate_schema_document(schema, "Invalid json schema: ")
     elif fmt is not None and fmt_type == "regex":
         regex = fmt["regex"]
+    if selection.strict and selection.tools and fmt is not None:
+        raise conversion_error("response_format should not be used with tools")
     stop = sampling.check_stop(obj.get("stop") if not isinstance(obj.get("stop"), str) else (obj["stop"],))
     stream = bool(obj.get("stream"))
     stream_options = obj.get("stream_options")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from typing import Any
 
 from recipe.conversation import Conversation, ImageSource, InferenceOptions, Message, ModelVersion, ToolCall
@@ -35,11 +36,13 @@ BLOCK_TYPES = (
     "tool_addition",
 )
 MEDIA_TYPES = ("image/jpeg", "image/jpg", "image/png", "image/gif", "image/webp")
-SOURCE_TYPES = ("base64", "url")
+SOURCE_TYPES = ("base64", "url", "file")
+RESULT_BLOCK_TYPES = ("text", "image", "document", "tool_reference")
 CHOICE_TYPES = ("auto", "any", "tool", "none")
 STRUCT = "MessagesRequest"
 STRUCT_FIELDS = 13
 WEB_SEARCH_TYPES = ("web_search_20250305", "web_search_20260209")
+_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 
 # ----------------------------------------------------------------------------------------------------
 # Shape
@@ -47,8 +50,8 @@ WEB_SEARCH_TYPES = ("web_search_20250305", "web_search_20260209")
 
 
 def _image_source(value: Any) -> None:
-    src = bf.tagged_object(value, "ImageSource")
-    kind = bf.tag(src, "type", SOURCE_TYPES, "ImageSource")
+    src = bf.tagged_object(value, "MessagesImageSource")
+    kind = bf.tag(src, "type", SOURCE_TYPES, "MessagesImageSource")
     if kind == "base64":
         for k, v in src.items():
             if k == "media_type":
@@ -58,15 +61,21 @@ def _image_source(value: Any) -> None:
         for req in ("media_type", "data"):
             if req not in src:
                 bf.missing(req)
-    else:
+    elif kind == "url":
         if "url" not in src:
             bf.missing("url")
         bf.string(src["url"])
+    else:
+        if "file_id" not in src:
+            bf.missing("file_id")
+        bf.string(src["file_id"])
 
 
 def _block(value: Any, nested: bool = False) -> dict[str, Any]:
-    obj = bf.tagged_object(value, "ContentBlock")
-    kind = bf.tag(obj, "type", BLOCK_TYPES, "ContentBlock")
+    """A content block (`nested`: inside a tool_result, where fewer block types exist)."""
+    enum = "MessagesToolResultBlock" if nested else "MessagesContentBlock"
+    obj = bf.tagged_object(value, enum)
+    kind = bf.tag(obj, "type", RESULT_BLOCK_TYPES if nested else BLOCK_TYPES, enum)
     required: tuple[str, ...] = ()
     if kind == "text":
         required = ("text",)
@@ -77,19 +86,28 @@ def _block(value: Any, nested: bool = False) -> dict[str, Any]:
         if "source" in obj:
             _image_source(obj["source"])
     elif kind == "thinking":
-        required = ("thinking", "signature")
-        for k in required:
-            if k in obj:
-                bf.string(obj[k])
+        required = ("thinking",)
+        if "thinking" in obj:
+            bf.string(obj["thinking"])
+        if obj.get("signature") is not None:
+            bf.string(obj["signature"])
     elif kind == "tool_use":
         required = ("id", "name", "input")
         for k in ("id", "name"):
             if k in obj:
                 bf.string(obj[k])
+    elif kind == "document":
+        required = ("source",)
+        if obj.get("source") is not None:
+            src = bf.mapping(obj["source"], "MessagesDocumentSource")
+            if src.get("media_type") is not None:
+                bf.string(src["media_type"])
     elif kind == "tool_result":
         required = ("tool_use_id",)
         if "tool_use_id" in obj:
             bf.string(obj["tool_use_id"])
+        if obj.get("is_error") is not None:
+            bf.boolean(obj["is_error"])
         c = obj.get("content")
         if c is not None:
             if isinstance(c, list):
@@ -114,10 +132,18 @@ def _content(value: Any) -> Any:
 
 
 def _message(value: Any) -> None:
-    obj = bf.mapping(value, "Message")
+    """A message: serde's adjacently tagged enum (tag `role`, content `content`)."""
+    if isinstance(value, list):
+        if not value:
+            bf.fail("invalid length 0, expected adjacently tagged enum MessagesMessage")
+        bf.variant(value[0], ROLES) if isinstance(value[0], str) else bf.invalid_type(value[0], "variant identifier")
+        bf.fail("invalid length 1, expected adjacently tagged enum MessagesMessage")
+    if not isinstance(value, dict):
+        bf.invalid_type(value, "adjacently tagged enum MessagesMessage")
+    obj = value
     for k, v in obj.items():
         if k == "role":
-            bf.variant(v, ROLES)
+            bf.unit_variant(v, ROLES)
         elif k == "content":
             _content(v)
     for req in ("role", "content"):
@@ -148,31 +174,38 @@ def _stop_sequences(value: Any) -> None:
 
 
 def _tool(value: Any) -> None:
-    obj = bf.mapping(value, "Tool")
-    for k, v in obj.items():
-        if k in ("name", "type"):
-            bf.string(v)
-        elif k == "description":
-            bf.opt_string(v)
-    if "name" not in obj:
+    """A tool declaration (read field by field; errors name the field, as the reference's do)."""
+    obj = value if isinstance(value, dict) else {}
+    if "name" not in obj and obj.get("type") is None:
         bf.missing("name")
+    for k, v in obj.items():
+        typed = k in ("name", "type") or (k == "description" and v is not None)
+        if typed and not isinstance(v, str):
+            bf.fail(f"field `{k}`: invalid type: {bf.unexpected(v)}, expected a string")
 
 
 def _tool_choice(value: Any) -> None:
     if value is None:
         return
-    obj = bf.tagged_object(value, "ToolChoice")
-    kind = bf.tag(obj, "type", CHOICE_TYPES, "ToolChoice")
+    obj = bf.tagged_object(value, "MessagesToolChoice")
+    kind = bf.tag(obj, "type", CHOICE_TYPES, "MessagesToolChoice")
     if kind == "tool":
         if "name" not in obj:
             bf.missing("name")
         bf.string(obj["name"])
 
 
+def _metadata(value: Any) -> None:
+    obj = bf.mapping(value, "MessagesMetadata", 1, bf.opt_string)
+    for k, v in obj.items():
+        if k == "user_id":
+            bf.opt_string(v)
+
+
 def _output_config(value: Any) -> None:
     if value is None:
         return
-    obj = bf.mapping(value, "OutputConfig")
+    obj = bf.mapping(value, "MessagesOutputConfig", 1, sampling.read_effort)
     for k, v in obj.items():
         if k == "effort":
             sampling.read_effort(v)
@@ -187,11 +220,11 @@ _FIELD_READERS: dict[str, Any] = {
     "stream": bf.opt_bool,
     "temperature": bf.opt_float32,
     "top_p": bf.opt_float32,
-    "top_k": lambda v: bf.opt_unsigned(v, 32),
     "tools": bf.each(_tool),
     "tool_choice": _tool_choice,
     "thinking": lambda v: sampling.read_thinking(v, "MessagesThinking"),
     "output_config": _output_config,
+    "metadata": bf.optional(_metadata),
 }
 
 
@@ -233,17 +266,22 @@ def _image(
         return UNSUPPORTED_IMAGE, None
     src = block["source"]
     where = source_path or path
+    if src["type"] == "file":
+        raise conversion_error(f"{path}: file_id is not supported. Pass the image as a base64 data url instead.")
     if src["type"] == "base64":
         _check_base64(src["data"], path)
         media = "image/jpeg" if src["media_type"] == "image/jpg" else src["media_type"]
         url = f"data:{media};base64,{src['data']}"
         return IMAGE_PLACEHOLDER, ImageSource(kind="data_url", detail="high", data_url=url, path=where)
+    if not _URL_RE.match(src["url"]):
+        raise conversion_error(f'{path}: invalid url: "{src["url"]}"')
     return IMAGE_PLACEHOLDER, ImageSource(kind="url", detail="high", url=src["url"], path=where)
 
 
 def _document(block: dict[str, Any]) -> str:
-    media = (block.get("source") or {}).get("media_type") if isinstance(block.get("source"), dict) else None
-    return f"[Unsupported document type: {media or 'unknown'}]"
+    source = block.get("source")
+    media = source.get("media_type") if isinstance(source, dict) else None
+    return f"[Unsupported document type: {'unknown' if media is None else media}]"
 
 
 def _tool_result_content(block: dict[str, Any], version: ModelVersion, path: str) -> tuple[str, tuple[ImageSource, ...]]:
@@ -291,7 +329,7 @@ def _convert_messages(obj: dict[str, Any], version: ModelVersion) -> list[Messag
     for i, m in enumerate(raw):
         role = m["role"]
         content = m["content"]
-        if isinstance(content, list) and not content:
+        if isinstance(content, list) and not content and role != "system":
             raise conversion_error(f"messages.{i}: all messages must have non-empty content")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         answered: list[str] = []
@@ -359,6 +397,8 @@ def _convert_messages(obj: dict[str, Any], version: ModelVersion) -> list[Messag
                 elif kind in ("server_tool_use", "web_search_tool_result"):
                     raise conversion_error(_SERVER_BLOCK)
             text = "\n\n".join(texts)
+            if not text and version is ModelVersion.V4:
+                continue  # the reference drops an empty system reminder
             if version is ModelVersion.V4:
                 out.append(
                     Message(role="user", content=f"<system-reminder>\n{text}\n</system-reminder>", image_sources=tuple(images))

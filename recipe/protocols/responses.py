@@ -54,6 +54,7 @@ STRUCT = "ResponsesRequest"
 STRUCT_FIELDS = 13
 ROLES = ("user", "assistant", "system", "developer")
 PART_TYPES = ("input_text", "output_text", "input_image", "input_file")
+OUTPUT_PART_TYPES = ("input_text", "input_image", "input_file")
 FORMAT_TYPES = ("text", "json_schema", "json_object")
 CHOICE_TYPES = ("function", "web_search", "web_search_2025_08_26", "custom")
 DETAILS = ("low", "high", "original", "auto")
@@ -99,8 +100,8 @@ def apply_patch_description(version: ModelVersion) -> str:
 
 
 def _part(value: Any) -> None:
-    obj = bf.tagged_object(value, "ResponsesInputContent")
-    kind = bf.tag(obj, "type", PART_TYPES, "ResponsesInputContent")
+    obj = bf.tagged_object(value, "ResponsesContentBlock")
+    kind = bf.tag(obj, "type", PART_TYPES, "ResponsesContentBlock")
     if kind in ("input_text", "output_text"):
         if "text" not in obj:
             bf.missing("text")
@@ -110,7 +111,16 @@ def _part(value: Any) -> None:
             if k in ("image_url", "file_id"):
                 bf.opt_string(v)
             elif k == "detail" and v is not None:
-                bf.variant(v, DETAILS)
+                bf.unit_variant(v, DETAILS)
+
+
+def _output_part(value: Any) -> None:
+    obj = bf.tagged_object(value, "ResponsesToolCallOutputItem")
+    kind = bf.tag(obj, "type", OUTPUT_PART_TYPES, "ResponsesToolCallOutputItem")
+    if kind == "input_text":
+        if "text" not in obj:
+            bf.missing("text")
+        bf.string(obj["text"])
 
 
 def _message_content(value: Any) -> None:
@@ -120,19 +130,21 @@ def _message_content(value: Any) -> None:
         for p in value:
             _part(p)
         return
-    bf.fail("content should be a string or a list")
+    bf.fail("content should be a string or a list of content blocks")
 
 
 def _item(value: Any) -> None:
     if not isinstance(value, dict):
         bf.fail("invalid input item")
     kind = value.get("type")
+    if kind is not None and not isinstance(kind, str):
+        bf.invalid_type(kind, "variant identifier")
     if kind is None or kind == "message":
         if "role" not in value:
             if kind is None:
                 bf.fail("invalid input item")
             bf.missing("role")
-        bf.variant(value["role"], ROLES)
+        bf.unit_variant(value["role"], ROLES)
         if "content" not in value:
             bf.missing("content")
         _message_content(value["content"])
@@ -143,7 +155,7 @@ def _item(value: Any) -> None:
             bf.string(value[req])
     elif kind in ("function_call_output", "custom_tool_call_output"):
         if "call_id" not in value:
-            bf.missing("call_id")
+            return  # not read as a tool output by the reference: ignored
         bf.string(value["call_id"])
         out = value.get("output")
         if "output" not in value:
@@ -151,14 +163,27 @@ def _item(value: Any) -> None:
         if not isinstance(out, str):
             if isinstance(out, list):
                 for p in out:
-                    _part(p)
+                    _output_part(p)
             else:
-                bf.fail("output should be a string or a list")
+                bf.fail("output should be a string or a list of output content parts")
+    elif kind == "reasoning":
+        if value.get("content") is not None:
+            for part in bf.sequence(value["content"]):
+                _reasoning_part(part, "ResponsesReasoningContent")
     elif kind == "custom_tool_call":
         for req in ("call_id", "name", "input"):
             if req not in value:
                 bf.missing(req)
             bf.string(value[req])
+
+
+def _reasoning_part(value: Any, struct: str) -> None:
+    obj = bf.mapping(value, struct, 1, bf.string)
+    for k, v in obj.items():
+        if k == "text":
+            bf.string(v)
+    if "text" not in obj:
+        bf.missing("text")
 
 
 def _input(value: Any) -> None:
@@ -197,7 +222,8 @@ def _tool(value: Any) -> None:
             bf.missing("name")
         bf.string(obj["name"])
         for t in bf.sequence(obj.get("tools") or []):
-            inner = bf.mapping(t, "ResponsesFunctionTool")
+            inner = bf.tagged_object(t, "ResponsesNamespaceTool")
+            bf.tag(inner, "type", ("function", "custom"), "ResponsesNamespaceTool")
             _function_tool(inner)
     elif kind == "custom":
         if "name" not in obj:
@@ -211,6 +237,8 @@ def _tool_choice(value: Any) -> None:
     if isinstance(value, str):
         bf.variant(value, ("none", "auto", "required"))
         return
+    if not isinstance(value, dict):
+        bf.fail("expected one of `none`, `auto`, `required` or a tool choice object")
     obj = bf.tagged_object(value, "ResponsesToolChoice")
     kind = bf.tag(obj, "type", CHOICE_TYPES, "ResponsesToolChoice")
     if kind in ("function", "custom"):
@@ -222,10 +250,15 @@ def _tool_choice(value: Any) -> None:
 def _text(value: Any) -> None:
     if value is None:
         return
-    obj = bf.mapping(value, "ResponsesText")
-    fmt = obj.get("format")
-    if fmt is None:
-        return
+    obj = bf.mapping(value, "ResponsesTextConfig", 2, _text_format)
+    for k, v in obj.items():
+        if k == "format":
+            _text_format(v)
+        elif k == "verbosity" and v is not None:
+            bf.unit_variant(v, ("low", "medium", "high"))
+
+
+def _text_format(fmt: Any) -> None:
     f = bf.tagged_object(fmt, "ResponsesTextFormat")
     kind = bf.tag(f, "type", FORMAT_TYPES, "ResponsesTextFormat")
     if kind == "json_schema":
@@ -244,10 +277,12 @@ def _text(value: Any) -> None:
 def _reasoning(value: Any) -> None:
     if value is None:
         return
-    obj = bf.mapping(value, "ResponsesReasoning")
+    obj = bf.mapping(value, "ResponsesReasoningConfig", 3, sampling.read_effort)
     for k, v in obj.items():
         if k == "effort":
             sampling.read_effort(v)
+        elif k == "summary" and v is not None:
+            bf.unit_variant(v, ("auto", "concise", "detailed"))
 
 
 _FIELD_READERS: dict[str, Any] = {
@@ -263,7 +298,6 @@ _FIELD_READERS: dict[str, Any] = {
     "max_output_tokens": lambda v: bf.opt_unsigned(v, 32),
     "top_logprobs": lambda v: bf.opt_unsigned(v, 8),
     "stream": bf.opt_bool,
-    "previous_response_id": bf.opt_string,
 }
 
 
@@ -307,6 +341,8 @@ def _content(content: Any, index: int, version: ModelVersion, role: str) -> tupl
             if role == "assistant":
                 raise conversion_error("Image in assistant message is not supported")
             url = part.get("image_url")
+            if url is None and part.get("file_id") is None:
+                raise conversion_error(f"{path}.content[{j}]: input_image must have image_url or file_id")
             if url is None:
                 raise conversion_error(
                     f"{path}.content[{j}]: file_id is not supported. Pass the image as a base64 data url instead."
@@ -400,14 +436,21 @@ def _convert_input(obj: dict[str, Any], version: ModelVersion) -> list[Message]:
             t.calls.append(ToolCall(id=item["call_id"], name=item["name"], arguments=args))
             calls[item["call_id"]] = False
         elif kind in ("function_call_output", "custom_tool_call_output"):
+            if "call_id" not in item:
+                continue
             cid = item["call_id"]
+            if not cid:
+                raise conversion_error(
+                    f"Invalid 'input[{i}].call_id': empty string. Expected a string with minimum length 1, but got an empty string instead."
+                )
             if cid not in calls:
                 raise conversion_error(f"No tool call found for tool output with call_id {cid}.")
             calls[cid] = True
             close_turn()
             out.append(Message(role="tool", content=_output_text(item["output"]), tool_call_id=cid))
         elif kind == "reasoning":
-            texts = [c.get("text", "") for c in item.get("content") or () if c.get("type") == "reasoning_text"]
+            parts = item.get("content")
+            texts = [c.get("text", "") for c in parts] if isinstance(parts, list) else []
             if turn is not None:
                 close_turn()
             pending_reasoning = "\n".join(texts) if texts else pending_reasoning
@@ -492,16 +535,16 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
         raise conversion_error(
             "Response input messages must contain the word 'json' in some form to use 'text.format' of type 'json_object'."
         )
-    if selection.strict and selection.tools and fmt_type != "text":
-        raise conversion_error("response_format should not be used with tools")
     schema = None
     strict_schema = None
     if fmt is not None and fmt_type == "json_schema":
         schema = fmt.get("schema")
         if fmt.get("strict"):
-            strict_schema = normalize_strict_schema(schema, prefix="Invalid json schema: ", require_object=False)
+            strict_schema = normalize_strict_schema(schema, for_tool=False)
         else:
             validate_schema_document(schema, "Invalid json schema: ")
+    if selection.strict and selection.tools and fmt_type != "text":
+        raise conversion_error("response_format should not be used with tools")
     temperature = bf.opt_float32(obj.get("temperature"))
     top_p = bf.opt_float32(obj.get("top_p"))
     sampling.check_temperature(temperature)
@@ -540,5 +583,5 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
         inference=inference,
         stop=(),
         stream=bool(obj.get("stream")),
-        previous_response_id=obj.get("previous_response_id"),
+        previous_response_id=obj.get("previous_response_id") if isinstance(obj.get("previous_response_id"), str) else None,
     )

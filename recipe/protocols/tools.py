@@ -338,15 +338,20 @@ def _check_strict(node: dict[str, Any], top: bool) -> dict[str, Any]:
     return out
 
 
-def normalize_strict_schema(schema: Any, *, prefix: str, require_object: bool) -> Any:
-    """The schema a strict tool (or strict json_schema format) is enforced with."""
+def normalize_strict_schema(schema: Any, *, for_tool: bool) -> Any:
+    """The schema a strict tool (`for_tool`) or strict json_schema response format is enforced with.
+
+    Both must be objects at the top; a tool's top-level object may have no properties.
+    """
+    prefix = "Invalid tool parameters schema : " if for_tool else "Invalid json schema: "
     try:
         read = _read_strict(schema)
     except _SchemaShapeError as exc:
         raise conversion_error(f"{prefix}{exc}") from None
-    if require_object and read.get("type") != "object":
-        raise conversion_error("The top level of the function parameters schema must be an object.")
-    return _check_strict(read, top=True)
+    if read.get("type") != "object":
+        what = "function parameters schema" if for_tool else "json schema"
+        raise conversion_error(f"The top level of the {what} must be an object.")
+    return _check_strict(read, top=for_tool)
 
 
 def _check_parameters(spec: ToolSpec) -> Any:
@@ -357,7 +362,7 @@ def _check_parameters(spec: ToolSpec) -> Any:
     prefix = f"Invalid schema for function '{spec.name}': "
     if spec.parameters is not ABSENT:
         if spec.strict:
-            return normalize_strict_schema(params, prefix="Invalid tool parameters schema : ", require_object=True)
+            return normalize_strict_schema(params, for_tool=True)
         validate_schema_document(params, prefix)
         if not (isinstance(params, dict) and params.get("type") == "object"):
             got = params.get("type") if isinstance(params, dict) else None
