@@ -369,8 +369,8 @@ def _check_parameters(spec: ToolSpec) -> Any:
             raise conversion_error(
                 f"{prefix}schema must be a JSON Schema of 'type: \"object\"', got 'type: {compact_json(got)}'."
             )
-    if spec.strict:
-        return normalize_strict_schema(params, prefix="Invalid tool parameters schema : ", require_object=True)
+    if spec.strict:  # absent parameters: the empty object, normalised
+        return {"type": "object", "properties": {}, "additionalProperties": False, "required": []}
     return params
 
 
