@@ -30,6 +30,7 @@ DEFAULT_THRESHOLD_CHARS = 16_384
 DEFAULT_SEGMENT_CHARS = 8_192
 
 _DIGITS = "0123456789"
+_MAX_REJECTED_RUNS = 256
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -110,15 +111,16 @@ class CutRule(Protocol):
 
 @dataclass(frozen=True)
 class _PairRule:
-    """A rule decided by the classes of the two characters around the cut, plus a candidate regex.
+    """A rule decided by the classes of the two characters around the cut, plus a run regex.
 
-    The regex (searched in C) finds positions that might be safe; each one is confirmed with the class
-    table, so the regex only has to be a superset of the positions the table accepts that we want to use.
+    Every safe pair joins two different classes, so safe cuts lie at the ends of runs of one class:
+    the regex (matched in C) steps from run to run, and each run end is confirmed with the class table.
+    A run the regex draws wider than one class only hides cuts, never adds one.
     """
 
     name: str
     table: tuple[tuple[bool, ...], ...]
-    candidates: re.Pattern[str]
+    runs: re.Pattern[str]
 
     def pair_safe(self, text: str, pos: int) -> bool:
         return self.table[char_class(text[pos - 1])][char_class(text[pos])]
@@ -127,10 +129,25 @@ class _PairRule:
         return 0 < pos < len(text) and self.pair_safe(text, pos)
 
     def find_cut(self, text: str, start: int, origin: int) -> int | None:
-        for m in self.candidates.finditer(text, max(start, 1)):
-            p = m.start()
-            if self.pair_safe(text, p):
-                return p
+        n = len(text)
+        start = pos = max(start, 1)
+        table = self.table
+        while pos < n:
+            if self.pair_safe(text, pos):
+                return pos
+            for rejected, m in enumerate(self.runs.finditer(text, pos), 1):
+                end = m.end()
+                if end >= n:
+                    return None
+                if table[char_class(text[end - 1])][char_class(text[end])]:
+                    return end
+                if rejected == _MAX_REJECTED_RUNS:
+                    break
+            else:
+                return None
+            # Many short runs and no safe cut (e.g. "٣ ٣ ٣ ..."): skip ahead as far again as already
+            # searched. Any later safe cut is as correct; this bounds the Python work per character.
+            pos = end + (end - start)
         return None
 
 
@@ -166,12 +183,8 @@ _DEEPSEEK_SAFE |= {(x, _C.CJK) for x in _C if x != _C.CJK} | {(_C.CJK, x) for x 
 _SURELY_NOT_N = (_C.LETTER, _C.PUNCT, _C.NEWLINE, _C.SPACE, _C.CJK)
 _DEEPSEEK_SAFE |= {(_C.DIGIT, x) for x in _SURELY_NOT_N} | {(x, _C.DIGIT) for x in _SURELY_NOT_N}
 
-_DEEPSEEK_CANDIDATES = re.compile(
-    rf"(?<=[{_CJK}])(?=[^{_CJK}])|(?<=[^{_CJK}])(?=[{_CJK}])"
-    r"|(?<=[0-9])(?=[^0-9])|(?<=[^0-9])(?=[0-9])"
-    r"|(?<=\S)(?=[ \t\r\n])|(?<=[\r\n])(?=\S)"
-    r"|(?<=[^\W\d_])(?=[^\w\s]|_)"
-)
+# Runs: CJK, ASCII digits, whitespace, non-CJK letters, punctuation/symbols/marks, or one other character.
+_DEEPSEEK_RUNS = re.compile(rf"[{_CJK}]+|[0-9]+|\s+|[^\W\d_{_CJK}]+|[^\w\s]+|.", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -221,8 +234,8 @@ def _digit_run_start(text: str, pos: int, origin: int) -> int | None:
 _GPT2_SAFE = {(a, b) for a in (_C.LETTER, _C.PUNCT, _C.DIGIT, _C.CJK) for b in (_C.SPACE, _C.NEWLINE)}
 _GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
-DEEPSEEK_RULE = DeepSeekCutRule("deepseek", _pair_table(_DEEPSEEK_SAFE), _DEEPSEEK_CANDIDATES)
-GPT2_RULE = _PairRule("gpt2-byte-level", _pair_table(_GPT2_SAFE), re.compile(r"(?<=\S)(?=[ \t\r\n])"))
+DEEPSEEK_RULE = DeepSeekCutRule("deepseek", _pair_table(_DEEPSEEK_SAFE), _DEEPSEEK_RUNS)
+GPT2_RULE = _PairRule("gpt2-byte-level", _pair_table(_GPT2_SAFE), re.compile(r"\S+|\s+"))
 
 _DEEPSEEK_SPLITS = (
     r"\p{N}{1,3}",

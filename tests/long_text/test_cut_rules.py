@@ -67,6 +67,15 @@ def test_no_cut_inside_one_long_pretoken() -> None:
         assert plan_cuts(text, GPT2_RULE, 100) == [0, len(text)]
 
 
+def test_search_skips_ahead_through_many_rejected_runs(deepseek: Tokenizer) -> None:
+    """"٣ ٣ ٣ ...": a run end every character, none safe (٣ may be \\p{N}); the search jumps ahead, still exact."""
+    text = "٣ " * 3000 + "Hello world. " * 500
+    bounds = plan_cuts(text, DEEPSEEK_RULE, 50)
+    assert bounds[1] > 6000 and len(bounds) > 50
+    assert all(DEEPSEEK_RULE.is_safe(text, c) for c in bounds[1:-1])
+    assert deepseek.segments.encode(text, segment_chars=50, threshold_chars=0) == deepseek.encode_plain_one_pass(text)
+
+
 def test_rule_recognition() -> None:
     spec = json.loads(deepseek_v4_tokenizer_path().read_text(encoding="utf-8"))
     assert cut_rule_for(spec) is DEEPSEEK_RULE
