@@ -13,7 +13,12 @@ from recipe.codecs import deepseek_v4, deepseek_v41
 
 from recipe.conversation import Conversation, Message, ToolDefinition
 from recipe.encoding import encode_rendered, encode_rendered_uncached, is_safe_cut
-from recipe.tokenizer import MissingSpecialTokenError, Tokenizer, deepseek_v4_tokenizer_path
+from recipe.tokenizer import (
+    MissingSpecialTokenError,
+    Tokenizer,
+    deepseek_v4_tokenizer_path,
+    load_deepseek_v4_tokenizer,
+)
 
 SETTINGS = settings(
     max_examples=250, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
@@ -154,3 +159,41 @@ def test_long_and_short_spans_together_equal_reference(tokenizer, ref_v4_encoder
     ids = encode_rendered(rendered, tokenizer)
     assert ids == encode_rendered_uncached(rendered, tokenizer)
     assert ids == ref_v4_encoder.encode(to_reference(conv))
+
+
+class _SpyEncoder:
+    """Delegates to a `tokenizers.Tokenizer`, recording every text it is asked to encode."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.texts: list[str] = []
+
+    def encode(self, text, **kw):
+        self.texts.append(text)
+        return self.inner.encode(text, **kw)
+
+    def encode_batch_fast(self, texts, **kw):
+        self.texts.extend(texts)
+        return self.inner.encode_batch_fast(texts, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_second_request_does_not_re_encode_the_tools_instruction() -> None:
+    tok = Tokenizer(deepseek_v4_tokenizer_path().read_text(encoding="utf-8"))
+    spy = _SpyEncoder(tok.plain)
+    tok.plain = spy  # type: ignore[assignment]
+    tok.segments.plain = spy  # type: ignore[attr-defined]
+    tok.segments._encode_batch = spy.encode_batch_fast  # type: ignore[attr-defined]
+    first = Conversation((Message("system", "Be brief."), Message("user", "Paris?")), tools=(WEATHER,))
+    second = Conversation((Message("system", "Be kind."), Message("user", "Rome?")), tools=(WEATHER,))
+    encode_rendered(deepseek_v4.render(first), tok)
+    spy.texts.clear()
+    rendered = deepseek_v4.render(second)
+    ids = encode_rendered(rendered, tok)
+    plain_chars = len(rendered.prompt) - sum(e - s for s, e in rendered.special_ranges)
+    encoded_chars = sum(map(len, spy.texts))
+    assert encoded_chars < plain_chars - 1000  # the ~1.3K-char template came from the cache
+    assert "## Tools" not in "".join(spy.texts) and "Reasoning Effort" not in "".join(spy.texts)
+    assert ids == encode_rendered_uncached(rendered, load_deepseek_v4_tokenizer())
