@@ -5,7 +5,8 @@ conversation does not start with a system message, generation prompt `<|im_start
 Tool-less conversations render exactly like the model's own GGUF chat template. Tools go into the
 system message inside `<tools></tools>`; assistant tool calls are `<tool_call>{"name", "arguments"}</tool_call>`;
 tool results are `<tool_response>` blocks in a user turn. Reasoning is not rendered (the model has none).
-Only `<|im_start|>` and `<|im_end|>` are special ranges.
+Only `<|im_start|>` and `<|im_end|>` are special ranges. The model reads no images: an image placeholder
+(`<｜image｜>`, as V4.1-style conversion writes one per image) becomes the text `[Unsupported Image]`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ THINK_END: str | None = None
 TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
 
+IMAGE_PLACEHOLDER = "<｜image｜>"
+UNSUPPORTED_IMAGE = "[Unsupported Image]"
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 TOOLS_INTRO = (
     "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -85,6 +88,13 @@ def _turn(b: PromptBuilder, role: str, content: str, close: bool = True) -> None
         b.text("\n")
 
 
+def _content(m: Message) -> str:
+    """Message text with the placeholders of its images (the first one per source) spelled out as text."""
+    if not m.image_sources:
+        return m.content
+    return m.content.replace(IMAGE_PLACEHOLDER, UNSUPPORTED_IMAGE, len(m.image_sources))
+
+
 def _assistant_content(m: Message) -> str:
     calls = "\n".join(f"{TOOL_CALL_START}\n{_call_json(c)}\n{TOOL_CALL_END}" for c in m.tool_calls or ())
     if not calls:
@@ -99,7 +109,7 @@ def render(conv: Conversation) -> RenderedPrompt:
     additions = _system_additions(conv)
     start = 0
     if messages and messages[0].role == "system":
-        _turn(b, "system", messages[0].content + additions)
+        _turn(b, "system", _content(messages[0]) + additions)
         start = 1
     elif messages or additions:
         _turn(b, "system", DEFAULT_SYSTEM + additions)
@@ -111,7 +121,7 @@ def render(conv: Conversation) -> RenderedPrompt:
             j = i
             while j < n and messages[j].role == "tool":
                 j += 1
-            body = "\n".join(f"<tool_response>\n{t.content}\n</tool_response>" for t in messages[i:j])
+            body = "\n".join(f"<tool_response>\n{_content(t)}\n</tool_response>" for t in messages[i:j])
             _turn(b, "user", body)
             i = j
             continue
@@ -121,7 +131,7 @@ def render(conv: Conversation) -> RenderedPrompt:
         elif m.role == "latest_reminder":
             _turn(b, "system", m.content)
         else:
-            _turn(b, m.role, m.content)
+            _turn(b, m.role, _content(m))
         i += 1
 
     if not (messages and messages[-1].role == "assistant" and messages[-1].prefix):

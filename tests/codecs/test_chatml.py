@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from recipe.codecs import chatml
 
-from recipe.conversation import Conversation, Message, ToolCall, ToolDefinition
+from recipe.conversation import Conversation, ImageSource, Message, ToolCall, ToolDefinition
 
 
 def _gguf_chat_template() -> str:
@@ -105,3 +105,16 @@ def test_json_formats_become_a_system_instruction() -> None:
 def test_output_markup_constants() -> None:
     assert chatml.EOS == "<|im_end|>" and chatml.SPECIAL_TOKENS == ("<|im_start|>", "<|im_end|>")
     assert (chatml.TOOL_CALL_START, chatml.TOOL_CALL_END) == ("<tool_call>", "</tool_call>")
+
+
+def test_image_placeholders_become_text_for_the_text_only_model() -> None:
+    img = ImageSource("url", url="https://example.com/a.png")
+    conv = Conversation(
+        (Message("user", "What is this?\n\n<｜image｜>\n\nand <｜image｜>", image_sources=(img,)),)
+    )
+    rendered = chatml.render(conv)
+    assert (
+        "<|im_start|>user\nWhat is this?\n\n[Unsupported Image]\n\nand <｜image｜><|im_end|>\n"
+        in rendered.prompt
+    )
+    assert rendered.image_sources == ()
