@@ -16,8 +16,8 @@ from torch import nn
 
 def _gather_decode(cache: torch.Tensor, tables: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """[B, kv_heads, max_blocks * block_size, dim] for a batch of block tables."""
-    g = cache[tables]
-    return g.view(g.shape[0], -1, g.shape[-2], g.shape[-1]).to(dtype).transpose(1, 2)
+    g = cache.index_select(0, tables.reshape(-1))  # far faster than advanced indexing on CPU
+    return g.view(tables.shape[0], -1, g.shape[-2], g.shape[-1]).to(dtype).transpose(1, 2)
 
 
 def _gather_one(cache: torch.Tensor, blocks: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGUFReader
 from gguf.quants import dequantize
 from recipe.engine.model_info import ModelInfo
+from recipe.engine.models.gguf_file import read_gguf_file
 from recipe.engine.models.gguf_tokenizer import tokenizer_json_from_gguf
 from recipe.engine.models.llama import LlamaConfig, LlamaForCausalLM
 from recipe.engine.models.weights import CheckpointError
@@ -28,16 +28,6 @@ _BLOCK_NAMES = {
     "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
 }
 _BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
-
-
-def read_metadata(reader: GGUFReader) -> dict[str, Any]:
-    """Every key-value field of the file as plain Python values (arrays as lists)."""
-    out: dict[str, Any] = {}
-    for key, f in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        out[key] = f.contents()
-    return out
 
 
 def hf_name(gguf_name: str) -> str:
@@ -92,19 +82,16 @@ def llama_config_from_gguf(meta: dict[str, Any], has_output: bool) -> dict[str, 
 
 def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
     """(metadata, transformers-style config dict, fp32 tensors under `transformers` names in HF layout)."""
-    reader = GGUFReader(str(path))
-    meta = read_metadata(reader)
-    names = {t.name for t in reader.tensors}
-    config = llama_config_from_gguf(meta, "output.weight" in names)
+    meta, gguf_tensors = read_gguf_file(path)
+    config = llama_config_from_gguf(meta, any(t.name == "output.weight" for t in gguf_tensors))
     tensors: dict[str, torch.Tensor] = {}
-    for t in reader.tensors:
-        shape = [int(x) for x in reversed(t.shape)]
-        try:
-            values = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
-        except NotImplementedError:
-            raise CheckpointError(f"GGUF tensor {t.name!r} uses unsupported type {t.tensor_type.name}") from None
-        w = torch.from_numpy(values.copy())
+    for t in gguf_tensors:
         name = hf_name(t.name)
+        try:
+            values = np.asarray(dequantize(t.data, t.qtype), dtype=np.float32).reshape(t.shape)
+        except NotImplementedError:
+            raise CheckpointError(f"GGUF tensor {t.name!r} uses unsupported type {t.qtype.name}") from None
+        w = torch.from_numpy(values.copy())
         if ".self_attn.q_proj." in name:
             w = unpermute_rope_rows(w, config["num_attention_heads"])
         elif ".self_attn.k_proj." in name:

@@ -1,0 +1,74 @@
+"""Drives a model on a paged cache the way the engine's runner does (contiguous block tables, one
+AttentionContext per step), and the `transformers` references the model tests compare against."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from recipe.engine.context import AttentionContext, reset_context, set_context
+
+
+class PagedDriver:
+    """Runs steps of several sequences; sequence i owns blocks [i * max_blocks, (i + 1) * max_blocks)."""
+
+    def __init__(self, model: torch.nn.Module, *, num_seqs: int, max_len: int, block_size: int = 4,
+                 cache_dtype: torch.dtype = torch.float32) -> None:
+        self.model, self.block_size = model, block_size
+        self.max_blocks = (max_len + block_size - 1) // block_size
+        model.allocate_kv_cache(num_seqs * self.max_blocks, block_size, cache_dtype, "cpu")  # type: ignore[operator]
+        self.lens = [0] * num_seqs
+
+    def table(self, seq: int) -> list[int]:
+        return [seq * self.max_blocks + b for b in range(self.max_blocks)]
+
+    def step(self, batch: Sequence[tuple[int, Sequence[int]]]) -> torch.Tensor:
+        """Feed new tokens per (sequence, token ids); return the fp32 logits of every new token, flat."""
+        ids, pos, slots, qlens, clens, tables = [], [], [], [], [], []
+        for seq, toks in batch:
+            start = self.lens[seq]
+            for j, t in enumerate(toks):
+                p = start + j
+                ids.append(t)
+                pos.append(p)
+                slots.append(self.table(seq)[p // self.block_size] * self.block_size + p % self.block_size)
+            self.lens[seq] += len(toks)
+            qlens.append(len(toks))
+            clens.append(self.lens[seq])
+            tables.append(self.table(seq))
+        cu = torch.tensor([0, *torch.tensor(qlens).cumsum(0).tolist()], dtype=torch.int64)
+        set_context(AttentionContext(
+            query_lens=qlens, context_lens_list=clens, cu_seqlens_q=cu,
+            context_lens=torch.tensor(clens, dtype=torch.int64), slot_mapping=torch.tensor(slots, dtype=torch.int64),
+            block_tables=torch.tensor(tables, dtype=torch.int64), block_size=self.block_size,
+        ))
+        try:
+            with torch.inference_mode():
+                hidden = self.model(torch.tensor(ids, dtype=torch.int64), torch.tensor(pos, dtype=torch.int64))
+                return self.model.compute_logits(hidden)  # type: ignore[operator]
+        finally:
+            reset_context()
+
+
+def hf_logits(hf_model: torch.nn.Module, ids: Sequence[int]) -> torch.Tensor:
+    """transformers' logits for a whole sequence, [len, V] fp32 (no cache: full recompute)."""
+    with torch.inference_mode():
+        return hf_model(torch.tensor([list(ids)])).logits[0].float()
+
+
+def randomize_routing_bias(hf_model: torch.nn.Module, seed: int) -> None:
+    """Give every router a non-zero score-correction bias, so grouped routing is exercised for real."""
+    g = torch.Generator().manual_seed(seed)
+    for name, buf in hf_model.named_buffers():
+        if name.endswith("e_score_correction_bias"):
+            buf.copy_(torch.randn(buf.shape, generator=g) * 0.05)
+
+
+def hf_greedy(hf_model: torch.nn.Module, prompt: Sequence[int], n: int) -> list[int]:
+    """`transformers.generate` greedy continuation of exactly `n` tokens."""
+    with torch.inference_mode():
+        out = hf_model.generate(  # type: ignore[operator]
+            torch.tensor([list(prompt)]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+            eos_token_id=None, pad_token_id=0,
+        )
+    return out[0, len(prompt):].tolist()
