@@ -128,7 +128,11 @@ def assistant_text(b: PromptBuilder, text: str) -> None:
 
 
 def tool_results_in_call_order(results: Sequence[Message], calls_owner: Message | None) -> list[Message]:
-    """A run of tool messages sorted (stably) into the order of the calls they answer."""
+    """A run of tool messages sorted (stably) into the order of the calls they answer.
+
+    Results whose id answers no call of `calls_owner` (or repeats one) go last. Request conversion rejects
+    such results; for directly built conversations the reference orders them differently.
+    """
     if len(results) < 2 or calls_owner is None or not calls_owner.tool_calls:
         return list(results)
     index: dict[str, int] = {}
