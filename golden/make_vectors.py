@@ -279,9 +279,9 @@ def rand_schema(rng: random.Random, depth: int = 0, strict: bool = False) -> dic
 
 def rand_tool_params(rng: random.Random, strict: bool) -> Any:
     r = rng.random()
-    if not strict and r < 0.1:
+    if r < 0.1:
         return None
-    if not strict and r < 0.15:
+    if r < 0.15:
         return "__absent__"
     s = rand_schema(rng, 1, strict) if rng.random() < 0.3 else None
     props = {f"{rng.choice(WORDS)}_{i}": rand_schema(rng, 1, strict) for i in range(rng.randint(0, 4))}
@@ -1137,8 +1137,40 @@ MINIMAL: dict[str, dict[str, Any]] = {
 }
 
 
-def generate_cases(seed: int, per_api: int, invalid_share: float) -> list[dict[str, Any]]:
-    """Random bodies per API (one RNG per API) plus every mutation once on the minimal body."""
+FUZZ_VALUES: list[Any] = [None, True, False, 0, -1, 1.5, 3, "x", "", [], {}, [1], {"a": 1}, 2**40, "auto", "none",
+                          {"type": "text"}, [{"type": "text", "text": "a"}]]
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def fuzz(rng: random.Random, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """One random structural mutation anywhere in the body: a deleted key or a value of another type."""
+    paths = _paths(body)[1:]
+    path = rng.choice(paths)
+    node: Any = body
+    for k in path[:-1]:
+        node = node[k]
+    if rng.random() < 0.15 and isinstance(node, dict):
+        del node[path[-1]]
+        what = "del"
+    else:
+        node[path[-1]] = copy.deepcopy(rng.choice(FUZZ_VALUES))
+        what = "set"
+    return body, f"fuzz:{what}:" + "/".join(str(p) for p in path)
+
+
+def generate_cases(seed: int, per_api: int, invalid_share: float, fuzz_per_api: int = 0) -> list[dict[str, Any]]:
+    """Random bodies per API (one RNG per API), every mutation once on the minimal body, and
+    `fuzz_per_api` generated bodies with one random structural mutation each (outcome as it falls)."""
     cases: list[dict[str, Any]] = []
     for api in ("chat", "messages", "responses"):
         rng = random.Random(f"{seed}-{api}")
@@ -1156,6 +1188,10 @@ def generate_cases(seed: int, per_api: int, invalid_share: float) -> list[dict[s
                 cases.append({"api": api, "intended_valid": False, "mutation": name, "body": body})
             else:
                 cases.append({"api": api, "intended_valid": True, "mutation": None, "body": body})
+        frng = random.Random(f"{seed}-{api}-fuzz")
+        for _ in range(fuzz_per_api):
+            body, name = fuzz(frng, GENERATORS[api](frng))
+            cases.append({"api": api, "intended_valid": None, "mutation": name, "body": body})
     return cases
 
 
@@ -1164,13 +1200,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--per-api", type=int, default=400)
     ap.add_argument("--invalid-share", type=float, default=0.12)
+    ap.add_argument("--fuzz-per-api", type=int, default=250)
     ap.add_argument("--out", type=Path, default=HERE / "requests.jsonl.gz")
     args = ap.parse_args(argv)
     tok = _tokenizer()
     encodings = {"V4": dr.DeepseekV4Encoding().with_tokenizer(tok), "V41": dr.DeepseekV41Encoding().with_tokenizer(tok)}
     n_ok = n_err = 0
     lines = []
-    for i, case in enumerate(generate_cases(args.seed, args.per_api, args.invalid_share)):
+    for i, case in enumerate(generate_cases(args.seed, args.per_api, args.invalid_share, args.fuzz_per_api)):
         body = case["body"]
         text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
         rec = {

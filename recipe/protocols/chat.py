@@ -185,6 +185,8 @@ def _tool_choice(value: Any) -> None:
         return
     if isinstance(value, str) and value in ("none", "auto", "required"):
         return
+    if isinstance(value, dict) and isinstance(value.get("type"), str) and value["type"] != "function":
+        bf.fail(f"field `type`: unknown variant `{value['type']}`, expected `function`")
     fn = value.get("function") if isinstance(value, dict) else None
     if isinstance(value, dict) and value.get("type") == "function" and isinstance(fn, dict) and isinstance(fn.get("name"), str):
         return

@@ -137,7 +137,7 @@ def _item(value: Any) -> None:
     if not isinstance(value, dict):
         bf.fail("invalid input item")
     kind = value.get("type")
-    if kind is not None and not isinstance(kind, str):
+    if "type" in value and not isinstance(kind, str):
         bf.invalid_type(kind, "variant identifier")
     if kind is None or kind == "message":
         if "role" not in value:
