@@ -130,6 +130,13 @@ class IncrementalDetokenizer:
         self._read = 0
         self._finished = False
 
+    @property
+    def holding(self) -> bool:
+        """True while something is held back: bytes of an incomplete character, or ids not yet shown."""
+        if self.byte_level:
+            return bool(self._pending)
+        return self._read < len(self._ids)
+
     def _check(self, token_id: int) -> None:
         if not 0 <= token_id < self.vocab_size:
             raise ValueError(f"token id {token_id} is outside the vocabulary (0..{self.vocab_size - 1})")

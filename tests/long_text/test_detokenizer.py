@@ -40,6 +40,18 @@ def test_random_ids_match_one_shot_decode(deepseek: Tokenizer, ids: list[int], s
     assert "".join(_stream(deepseek, ids, skip)) == _decode(deepseek, ids, skip)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(adversarial_texts, st.lists(st.integers(min_value=0, max_value=129_279), max_size=25)))
+def test_holding_means_an_incomplete_character(deepseek: Tokenizer, source: str | list[int]) -> None:
+    """After each id: nothing held back exactly when the text so far is the one-shot decoding so far."""
+    ids = deepseek.full.encode(source, add_special_tokens=False).ids if isinstance(source, str) else source
+    detok = IncrementalDetokenizer(deepseek)
+    shown = ""
+    for n, token_id in enumerate(ids, 1):
+        shown += detok.add(token_id)
+        assert detok.holding == (shown != deepseek.decode(ids[:n]))
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=255), max_size=30))
 def test_single_byte_ids_match_one_shot_decode(deepseek: Tokenizer, data: list[int]) -> None:
@@ -81,7 +93,9 @@ def test_multibyte_character_split_across_ids(deepseek: Tokenizer) -> None:
     assert len(ids) == 2 and deepseek.decode(ids[:1]).endswith("\ufffd")  # the emoji's bytes straddle two ids
     detok = IncrementalDetokenizer(deepseek)
     assert detok.add(ids[0]) == " "
+    assert detok.holding
     assert detok.add(ids[1]) == "😀"
+    assert not detok.holding
     assert detok.finish() == ""
 
 
@@ -146,5 +160,10 @@ def test_prefix_window_method(trained: HFTokenizer, source: str | list[int], ski
     ids = [i for i in ids if i < trained.get_vocab_size()]
     detok = IncrementalDetokenizer(trained, skip_special_tokens=skip)
     assert not detok.byte_level
-    chunks = [detok.add(i) for i in ids] + [detok.finish()]
+    chunks = []
+    for i in ids:
+        chunks.append(detok.add(i))
+        if not detok.holding:
+            assert "".join(chunks) == trained.decode(ids[: len(chunks)], skip_special_tokens=skip)
+    chunks.append(detok.finish())
     assert "".join(chunks) == trained.decode(ids, skip_special_tokens=skip)
