@@ -114,10 +114,12 @@ def test_chat_mid_stream_error_raises_openai_api_error(v4_tokenizer: Any) -> Non
     assert body.endswith(b"data: [DONE]\n\n")
     transport = httpx.MockTransport(lambda r: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body))
     client = openai.OpenAI(api_key="t", base_url="http://t/v1", http_client=httpx.Client(transport=transport), max_retries=0)
-    with pytest.raises(openai.APIError, match="log probabilities"):
-        with client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as stream:
-            for _ in stream:
-                pass
+    with (
+        pytest.raises(openai.APIError, match="log probabilities"),
+        client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as stream,
+    ):
+        for _ in stream:
+            pass
 
 
 def test_messages_mid_stream_error_raises_anthropic_error(v4_tokenizer: Any) -> None:
@@ -127,10 +129,12 @@ def test_messages_mid_stream_error_raises_anthropic_error(v4_tokenizer: Any) -> 
     assert b"event: error\n" in body
     transport = httpx2.MockTransport(lambda r: httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body))
     client = anthropic.Anthropic(api_key="t", base_url="http://t", http_client=httpx2.Client(transport=transport), max_retries=0)
-    with pytest.raises(anthropic.APIStatusError, match="log probabilities"):
-        with client.messages.stream(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}]) as stream:
-            for _ in stream:
-                pass
+    with (
+        pytest.raises(anthropic.APIStatusError, match="log probabilities"),
+        client.messages.stream(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}]) as stream,
+    ):
+        for _ in stream:
+            pass
 
 
 def test_responses_mid_stream_error_is_an_error_event(v4_tokenizer: Any) -> None:
