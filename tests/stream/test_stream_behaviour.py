@@ -3,6 +3,7 @@ the `reasoning` spelling, ChatML tool calls, logprobs, SSE framing."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -71,7 +72,7 @@ def test_text_after_a_stop_sequence_never_leaks(text: str, stop: str, cuts: list
     proc = StreamProcessor(api, make_request(stops=(stop,), tools=False), response_id="r", model="m", created=1)  # type: ignore[arg-type]
     bounds = sorted({0, len(text), *[c for c in cuts if c <= len(text)]})
     updates: list[Any] = [Ready(4)]
-    updates += [TextUpdate(text[a:b], 1) for a, b in zip(bounds, bounds[1:], strict=False)]
+    updates += [TextUpdate(text[a:b], 1) for a, b in itertools.pairwise(bounds)]
     updates.append(Finish("stop"))
     events = feed_all(proc, updates)
     expected = text.lstrip("\n")
