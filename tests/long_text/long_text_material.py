@@ -5,8 +5,11 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import mmap
 import random
+import struct
 from pathlib import Path
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -86,17 +89,52 @@ def _smollm_gguf_path() -> Path:
     return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def gguf_metadata(path: Path) -> dict[str, Any]:
+    """The key/value metadata of a GGUF file (v2/v3), read without touching its tensors."""
+    with path.open("rb") as f:
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    assert buf[:4] == b"GGUF", f"{path} is not a GGUF file"
+    _, _, kv_count = struct.unpack_from("<IQQ", buf, 4)
+    at = 24
+
+    def take(fmt: str) -> Any:
+        nonlocal at
+        (value,) = struct.unpack_from(fmt, buf, at)
+        at += struct.calcsize(fmt)
+        return value
+
+    def string() -> str:
+        nonlocal at
+        n = take("<Q")
+        at += n
+        return buf[at - n : at].decode("utf-8")
+
+    def value(kind: int) -> Any:
+        if kind == 8:
+            return string()
+        if kind == 9:
+            item, count = take("<I"), take("<Q")
+            return [value(item) for _ in range(count)]
+        return take(_SCALARS[kind])
+
+    meta: dict[str, Any] = {}
+    for _ in range(kv_count):
+        key = string()
+        meta[key] = value(take("<I"))
+    buf.close()
+    return meta
+
+
 @functools.cache
 def smollm_tokenizer_json() -> str:
     """The demo model's tokenizer, rebuilt from its GGUF metadata as a `tokenizer.json` document."""
-    import gguf
-
-    fields = gguf.GGUFReader(_smollm_gguf_path()).fields
-    tokens = fields["tokenizer.ggml.tokens"].contents()
-    types = fields["tokenizer.ggml.token_type"].contents()
-    merges = fields["tokenizer.ggml.merges"].contents()
-    assert fields["tokenizer.ggml.model"].contents() == "gpt2"
-    assert fields["tokenizer.ggml.pre"].contents() == "smollm"
+    meta = gguf_metadata(_smollm_gguf_path())
+    tokens, types, merges = meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"], meta["tokenizer.ggml.merges"]
+    assert meta["tokenizer.ggml.model"] == "gpt2"
+    assert meta["tokenizer.ggml.pre"] == "smollm"
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
     doc = {
         "version": "1.0",
