@@ -14,7 +14,7 @@ from recipe.engine.layers.attention_plan import AttentionPlan, build_attention_p
 from recipe.engine.layers.gated_mlp import GatedMLP
 from recipe.engine.layers.rmsnorm import RMSNorm
 from recipe.engine.layers.rotary import RotaryEmbedding, rope_inv_freq
-from recipe.engine.models.weights import assign, assign_cat, check_all_used, fetch
+from recipe.engine.models.weights import CheckpointError, assign, assign_cat, check_all_used, fetch
 from torch import nn
 
 
@@ -45,7 +45,7 @@ class LlamaConfig:
         if rope["rope_type"] in ("llama3", "yarn"):
             rope.setdefault("original_max_position_embeddings", cfg.get("max_position_embeddings"))
         if cfg.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"unsupported hidden_act {cfg.get('hidden_act')!r}; Llama models use silu")
+            raise CheckpointError(f"unsupported hidden_act {cfg.get('hidden_act')!r}; Llama models use silu")
         return cls(
             vocab_size=int(cfg["vocab_size"]),
             hidden_size=int(cfg["hidden_size"]),

@@ -41,12 +41,18 @@ def finish_model(model: nn.Module, dtype: torch.dtype, device: torch.device | st
 
 
 def build_model(architecture: str, config: dict[str, Any]) -> ModelForCausalLM:
+    try:
+        shape = LlamaConfig.from_hf(config) if architecture == "llama" else DeepseekV3Config.from_hf(config)
+    except CheckpointError:
+        raise
+    except KeyError as exc:
+        raise CheckpointError(f"the {architecture} config lacks {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"the {architecture} config has an invalid value: {exc}") from None
     with torch.device("meta"):
-        model: ModelForCausalLM
-        if architecture == "llama":
-            model = LlamaForCausalLM(LlamaConfig.from_hf(config))
-        else:
-            model = DeepseekV3ForCausalLM(DeepseekV3Config.from_hf(config))
+        model: ModelForCausalLM = (
+            LlamaForCausalLM(shape) if isinstance(shape, LlamaConfig) else DeepseekV3ForCausalLM(shape)
+        )
     # Parameters are all overwritten by the checkpoint; computed buffers are rebuilt off the meta device.
     model.to_empty(device="cpu")
     model.rotary = model.make_rotary()

@@ -104,7 +104,7 @@ def test_cache_holds_the_compressed_latent_only(pair) -> None:
 
 
 def test_router_stays_fp32_in_bf16(tiny_deepseek_dir: Path) -> None:
-    model, info = load_model(tiny_deepseek_dir, dtype=torch.bfloat16)
+    model, _ = load_model(tiny_deepseek_dir, dtype=torch.bfloat16)
     gate = model.layers[1].mlp.gate
     assert gate.weight.dtype == torch.float32 and gate.e_score_correction_bias.dtype == torch.float32
     assert model.layers[1].mlp.w_gate_up.dtype == torch.bfloat16

@@ -23,7 +23,7 @@ def pair(tiny_llama_dir: Path):
 
 
 def test_model_info_describes_the_checkpoint(pair) -> None:
-    _, info, hf = pair
+    _, info, _ = pair
     assert info.architecture == "llama"
     assert (info.vocab_size, info.num_layers, info.hidden_size) == (256, 3, 64)
     assert (info.num_kv_heads, info.head_dim, info.eos_token_ids, info.bos_token_id) == (2, 16, (2,), 1)
