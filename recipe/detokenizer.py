@@ -106,11 +106,11 @@ class IncrementalDetokenizer:
     _WINDOW = 6
 
     def __init__(self, tokenizer: Tokenizer | HFTokenizer, skip_special_tokens: bool = False) -> None:
-        if isinstance(tokenizer, Tokenizer):
-            hf, vocab_size = tokenizer.full, tokenizer.vocab_size
-        else:
+        if isinstance(tokenizer, HFTokenizer):
             hf = tokenizer
             vocab_size = hf.get_vocab_size(with_added_tokens=True)
+        else:  # a recipe Tokenizer, or anything shaped like one
+            hf, vocab_size = tokenizer.full, int(tokenizer.vocab_size)
         self._hf = hf
         self.vocab_size = vocab_size
         self.skip_special_tokens = skip_special_tokens

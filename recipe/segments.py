@@ -5,9 +5,14 @@ then run BPE on every pre-token independently. Cutting the text at a position `p
 halves separately therefore gives the one-pass ids exactly when the pre-tokens of the whole text are
 the pre-tokens of `text[:p]` followed by those of `text[p:]`. This module only cuts where that is
 *provable from the two characters around the cut* for the pre-tokenizer family at hand (see the
-`CutRule` classes for the argument); where no such point exists within the target size the segment
+rule tables below for the argument); where no such point exists near the target size the segment
 simply grows until the next one, so a region without a safe cut (a long CJK run, a whitespace run, one
 huge word) is encoded in one piece, exactly as the one-pass encoder would. Never a different id.
+
+Re-encoding a window around an unsafe seam and splicing where two encodings agree is deliberately not
+used: the regions without a provable cut are single pre-tokens (or characters whose class Python's
+Unicode tables cannot vouch for), and inside one pre-token BPE merges have no bounded reach, so
+agreement inside a window proves nothing about the whole. Those regions fall back to one pass instead.
 
 Pre-tokenizers that are not recognised get no cut rule: their texts are encoded in one pass.
 """
