@@ -53,7 +53,7 @@ class LLMEngine:
         cfg = self.config
         self.device = devices.resolve(cfg.device)
         self.dtype = devices.parse_dtype(cfg.dtype)
-        devices.set_num_threads(cfg.num_threads)
+        self.num_threads = devices.set_num_threads(cfg.num_threads)
         self.model, self.model_info = load(model, self.dtype, self.device)
         num_blocks = kv_cache_blocks(
             self.model, block_size=cfg.block_size, dtype=self.dtype, device=self.device,
@@ -69,7 +69,8 @@ class LLMEngine:
                                    max_model_len=self.max_model_len)
         self.runner = ModelRunner(self.model, block_size=cfg.block_size, num_blocks=num_blocks,
                                   dtype=self.dtype, device=self.device)
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="recipe-model") if cfg.async_scheduling else None
+        self._executor = (ThreadPoolExecutor(1, thread_name_prefix="recipe-model", initializer=devices.set_num_threads,
+                                             initargs=(self.num_threads,)) if cfg.async_scheduling else None)
         self._inflight: deque[tuple[SchedulerOutput, Future[StepResult]]] = deque()
         self.requests: dict[str, list[Sequence]] = {}
         self._first_token_time: dict[int, float] = {}

@@ -8,7 +8,7 @@ import pytest
 from recipe.engine import LLM, AsyncLLM, QueueFullError, RequestOutput, SamplingParams
 from tiny_paged_model import TinyInfo, TinyPagedLM, make_prompts
 
-CONFIG = {"dtype": "float64", "num_kv_blocks": 128, "block_size": 4}
+CONFIG = {"dtype": "float64", "num_kv_blocks": 128, "block_size": 4, "num_threads": 1}
 
 
 async def collect(engine: AsyncLLM, rid: str, prompt: list[int], params: SamplingParams) -> list[RequestOutput]:

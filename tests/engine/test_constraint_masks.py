@@ -59,7 +59,7 @@ class Digits:
 def test_constrained_outputs_follow_the_matcher_and_stop(async_scheduling: bool, end_with_eos: bool) -> None:
     model = TinyPagedLM(seed=20)
     prompts = make_prompts(5, 3, 30, seed=20)
-    llm = LLM((model, TinyInfo()), dtype="float64", num_kv_blocks=128, block_size=4,
+    llm = LLM((model, TinyInfo()), dtype="float64", num_threads=1, num_kv_blocks=128, block_size=4,
               async_scheduling=async_scheduling)
     constraint = Digits(length=6, end_with_eos=end_with_eos)
     params = [SamplingParams(temperature=1.0, seed=i, max_tokens=40, constraint=constraint, n=2) for i in range(4)]
@@ -77,7 +77,7 @@ def test_constrained_outputs_follow_the_matcher_and_stop(async_scheduling: bool,
 def test_constraint_changes_greedy_choice_only_where_needed() -> None:
     model = TinyPagedLM(seed=21)
     prompt = make_prompts(1, 10, 10, seed=21)[0]
-    llm = LLM((model, TinyInfo()), dtype="float64", num_kv_blocks=64, block_size=4)
+    llm = LLM((model, TinyInfo()), dtype="float64", num_threads=1, num_kv_blocks=64, block_size=4)
     free = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))[0]
     masked = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=4, constraint=Digits(4, False)))[0]
     assert set(masked.new_token_ids) <= ALLOWED

@@ -10,7 +10,7 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 
 
 def make_llm(model: TinyPagedLM, **config: object) -> LLM:
-    config = {"dtype": "float64", "num_kv_blocks": 256, "block_size": 4, "max_num_batched_tokens": 48, **config}
+    config = {"dtype": "float64", "num_kv_blocks": 256, "block_size": 4, "max_num_batched_tokens": 48, "num_threads": 1, **config}
     return LLM((model, TinyInfo()), **config)
 
 
