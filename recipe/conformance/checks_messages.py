@@ -116,8 +116,14 @@ def tool_use(s: Session) -> None:
     ex, block = _tool_use(s)
     expect(block.get("name") == "get_weather", f"tool name {block.get('name')!r}", ex)
     expect(isinstance(block.get("input"), dict), "tool input is not an object", ex)
+    expect(isinstance(block.get("id"), str) and block["id"], "tool_use block lacks an id", ex)
+    expect((ex.json() or {}).get("stop_reason") == "tool_use", f"stop_reason {(ex.json() or {}).get('stop_reason')!r}, not tool_use", ex)
+
+
+@check("messages.tools.id_prefix", "messages", "recommended", "tools + tool_choice {type: tool, name}", "the tool_use id starts with toolu_ like Anthropic's")
+def tool_use_id_prefix(s: Session) -> None:
+    ex, block = _tool_use(s)
     expect(str(block.get("id", "")).startswith("toolu_"), f"tool id {block.get('id')!r} lacks toolu_", ex)
-    expect((ex.json() or {}).get("stop_reason") == "tool_use", "stop_reason is not tool_use", ex)
 
 
 @check("messages.tools.round_trip", "messages", "required", "history with tool_use and tool_result (string, blocks, is_error)", "200")

@@ -232,19 +232,23 @@ def stream_function_call(s: Session) -> None:
     parse_json(deltas, ex, "streamed arguments")
 
 
-@check("responses.sdk.stream_final", "responses", "required", "openai SDK responses.stream() + get_final_response()", "no error; output_text equals the non-stream text")
+@check("responses.sdk.stream_final", "responses", "required", "openai SDK responses.stream() to its terminal event (+ get_final_response() when completed)", "no error; output_text equals the non-stream text")
 def sdk_stream(s: Session) -> None:
     client = openai_client(s)
+    terminal: Any = None
     try:
         with client.responses.stream(model=s.model, input=probes.PROMPT, max_output_tokens=probes.MAX_TOKENS, temperature=0) as stream:
-            for _ in stream:
-                pass
-            final = stream.get_final_response()
+            for event in stream:
+                if event.type in TERMINAL:
+                    terminal = event.response
+            if terminal is not None and terminal.status == "completed":
+                terminal = stream.get_final_response()
     except Exception as exc:
         expect(False, f"openai SDK responses stream raised {type(exc).__name__}: {exc}")
         return
+    expect(terminal is not None, "the SDK saw no terminal event (response.completed / incomplete / failed)")
     ref = probes.responses_text(probes.responses_basic(s))
-    expect(final.output_text == ref, "SDK output_text differs from the non-stream text", None, sdk=final.output_text, non_stream=ref)
+    expect(terminal.output_text == ref, "SDK output_text differs from the non-stream text", None, sdk=terminal.output_text, non_stream=ref)
 
 
 @check("responses.store.previous_response_id", "responses", "recommended", "store: true, then GET /v1/responses/{id} and a follow-up with previous_response_id", "both 200")

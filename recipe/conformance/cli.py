@@ -11,7 +11,7 @@ from rich.table import Table
 
 from recipe.conformance.check import CheckResult
 from recipe.conformance.report import write_html, write_json, write_junit
-from recipe.conformance.runner import ALL_APIS, run, select
+from recipe.conformance.runner import ALL_APIS, ServerUnreachable, run, select
 
 
 def add_parser(sub: Any) -> None:
@@ -41,8 +41,12 @@ def main(args: argparse.Namespace) -> int:
         def advance(r: CheckResult) -> None:
             bar.update(task, advance=1, description=f"{r.status:4} {r.id}")
 
-        report = run(args.base_url, apis=apis, model=args.model, api_key=args.api_key, only=args.only,
-                     timeout_s=args.timeout, on_result=advance)
+        try:
+            report = run(args.base_url, apis=apis, model=args.model, api_key=args.api_key, only=args.only,
+                         timeout_s=args.timeout, on_result=advance)
+        except ServerUnreachable as exc:
+            console.print(f"[red]recipe conformance: {exc}[/red]")
+            return 2
     _print_summary(console, report)
     if args.report:
         write_json(report, args.report)

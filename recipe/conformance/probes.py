@@ -10,7 +10,7 @@ PROMPT = "Write one short sentence about the sea."
 MAX_TOKENS = 24
 WEATHER_TOOL_PARAMS: dict[str, Any] = {
     "type": "object",
-    "properties": {"city": {"type": "string", "description": "City name"}},
+    "properties": {"city": {"type": "string", "description": "City name", "maxLength": 24}},
     "required": ["city"],
     "additionalProperties": False,
 }

@@ -26,6 +26,10 @@ from recipe.conformance.session import Session
 ALL_APIS = ("chat", "messages", "responses")
 
 
+class ServerUnreachable(RuntimeError):
+    """Nothing answers at the base URL: no check can say anything about the server."""
+
+
 @dataclass
 class Report:
     base_url: str
@@ -98,6 +102,10 @@ def run(
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     session = Session(base_url, model=model, api_key=api_key, timeout_s=timeout_s)
+    probe = session.get("/v1/models")
+    if probe.error is not None:
+        session.close()
+        raise ServerUnreachable(f"cannot reach {session.base_url}: {probe.error}")
     results = []
     try:
         for c in select(apis, only):

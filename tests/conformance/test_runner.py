@@ -95,3 +95,8 @@ def test_cli_exit_status_and_report(good_server: str, tmp_path: Path) -> None:
     with ServerThread(create_app(frozenset({"missing_event_lines"}), api_key=API_KEY)) as url:
         rc = recipe_main(["conformance", "--base-url", url, "--api-key", API_KEY, "--api", "messages", "--only", "messages.stream"])
     assert rc == 1
+
+
+def test_unreachable_server_is_one_clear_error_not_125_failures() -> None:
+    rc = recipe_main(["conformance", "--base-url", "http://127.0.0.1:9"])
+    assert rc == 2
