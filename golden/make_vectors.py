@@ -873,6 +873,7 @@ COMMON_MUTATIONS: dict[str, Mutation] = {
     "top_p_bool": _set("top_p", True),
     "stream_string": _set("stream", "yes"),
     "not_json": _raw("{model: x}"),
+    "not_json_word": _raw("not json"),
     "truncated_json": lambda _rng, b: json.dumps(b)[:-3],
     "json_array": _raw("[]"),
     "json_string": _raw('"hello"'),
@@ -1002,6 +1003,9 @@ CHAT_MUTATIONS: dict[str, Mutation] = {
     "tool_params_true": _set("tools", [{"type": "function", "function": {"name": "x", "parameters": True}}]),
     "tool_params_bad_ref": _set("tools", [{"type": "function", "function": {"name": "x", "parameters": {"type": "object", "properties": {"a": {"$ref": "#/x"}}}}}]),
     "strict_top_not_object": _set("tools", [{"type": "function", "function": {"name": "x", "strict": True, "parameters": {"type": "array"}}}]),
+    "strict_top_array": _set(
+        "tools", [{"type": "function", "function": {"name": "x", "strict": True, "parameters": {"type": "array", "items": {"type": "string"}}}}]
+    ),
     "strict_partial_required": _set(
         "tools",
         [{"type": "function", "function": {"name": "x", "strict": True, "parameters": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}, "required": ["a"]}}}],
@@ -1025,6 +1029,7 @@ CHAT_MUTATIONS: dict[str, Mutation] = {
 
 MESSAGES_MUTATIONS: dict[str, Mutation] = {
     **COMMON_MUTATIONS,
+    "unknown_model_claude": _set("model", "claude-3"),
     "empty_messages": _set("messages", []),
     "missing_messages": _del("messages"),
     "role_tool": _first_msg("messages", "role", "tool"),
