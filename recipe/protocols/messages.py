@@ -439,6 +439,11 @@ def _convert_messages(obj: dict[str, Any], version: ModelVersion) -> list[Messag
     return out
 
 
+def _top_k(value: Any) -> int | None:
+    """`top_k` kept when it is a positive integer (the reference ignores the field entirely)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _unanswered(index: int, ids: list[str], trailing: bool = False) -> None:
     sep = "" if trailing else " "
     raise conversion_error(
@@ -504,7 +509,7 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
         temperature=t,
         top_p=p,
         output_constraint=tool_constraint(selection.tools, selection.choice) if selection.tools else None,
-        top_k=obj.get("top_k"),
+        top_k=_top_k(obj.get("top_k")),
     )
     return build_request(
         conversation=conversation, version=version, model=model, inference=inference, stop=stop, stream=bool(obj.get("stream"))

@@ -152,6 +152,9 @@ def test_beyond_the_reference_fields_are_kept() -> None:
     assert not convert("chat", chat(stream=True, stream_options={"include_usage": False})).include_usage
     for n in (0, 17):
         assert error_of("chat", chat(n=n)).message == "Invalid n value, the valid range of n is [1, 16]"
+    msg = convert("messages", {"model": "DeepSeek-V4-Pro", "max_tokens": 3, "messages": HI, "top_k": 40})
+    assert msg.inference_options.top_k == 40
+    assert convert("messages", {"model": "DeepSeek-V4-Pro", "max_tokens": 3, "messages": HI, "top_k": "x"}).inference_options.top_k is None
     resp = convert("responses", {"model": "DeepSeek-V4-Pro", "input": "x", "previous_response_id": "resp_1", "top_logprobs": 2})
     assert resp.previous_response_id == "resp_1"
     assert resp.inference_options.logprobs and resp.inference_options.top_logprobs == 2
