@@ -13,7 +13,8 @@ whitespace) wrapped as one user message (V4, thinking off):
 
 Medians of several runs; ratios are anchor time / candidate time (above 1 = faster than the anchor).
 Ids are checked equal to the reference's. The same measurement is repeated in a child process with
-`RAYON_NUM_THREADS=1` to show how much comes from the second core. `--sweep` adds the threshold and
+`RAYON_NUM_THREADS=1` to show how much comes from the second core; "CPU ref/recipe" compares process
+CPU time (all threads), i.e. work per character whatever the number of free cores. `--sweep` adds the threshold and
 segment-size sweep that set `DEFAULT_THRESHOLD_CHARS` / `DEFAULT_SEGMENT_CHARS`. The detokenizer is
 measured as ids/s of `IncrementalDetokenizer.add` (one id at a time) against one-shot `decode`.
 The development machine is 2 cores shared with other engineers: absolute times are noise, ratios
@@ -80,6 +81,27 @@ def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     return statistics.median(times), result
 
 
+def interleaved_medians(
+    fns: list[Callable[[], Any]], repeats: int, cpu: list[float] | None = None
+) -> list[tuple[float, Any]]:
+    """Median wall time of each function, run in turn within every repetition (load drifts hit all alike).
+
+    With `cpu`, the median process CPU time of each function (all threads) is appended to it.
+    """
+    times: list[list[float]] = [[] for _ in fns]
+    cpu_times: list[list[float]] = [[] for _ in fns]
+    results: list[Any] = [None] * len(fns)
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            results[i] = fn()
+            times[i].append(time.perf_counter() - start)
+            cpu_times[i].append(time.process_time() - start_cpu)
+    if cpu is not None:
+        cpu.extend(statistics.median(c) for c in cpu_times)
+    return [(statistics.median(t), r) for t, r in zip(times, results, strict=True)]
+
+
 def repeats_for(chars: int) -> int:
     return 15 if chars <= 10_000 else 7 if chars <= 100_000 else 5 if chars <= 1_000_000 else 3
 
@@ -107,9 +129,16 @@ def measure_encode(sizes: list[int]) -> list[dict[str, Any]]:
         reps = repeats_for(chars)
         # warm-up (BPE caches, thread pool) for all three
         reference.encode(conv), tok.encode_plain_one_pass(text), recipe_encode(tok, prompt, ranges)  # type: ignore[arg-type]
-        t_ref, ref_ids = median_time(lambda conv=conv: reference.encode(conv), reps)
-        t_hf, hf_ids = median_time(lambda text=text: tok.encode_plain_one_pass(text), reps)
-        t_rec, rec_ids = median_time(lambda p=prompt, r=ranges: recipe_encode(tok, p, r), reps)  # type: ignore[misc]
+        cpu: list[float] = []
+        (t_ref, ref_ids), (t_hf, hf_ids), (t_rec, rec_ids) = interleaved_medians(
+            [
+                lambda conv=conv: reference.encode(conv),
+                lambda text=text: tok.encode_plain_one_pass(text),
+                lambda p=prompt, r=ranges: recipe_encode(tok, p, r),  # type: ignore[misc]
+            ],
+            reps,
+            cpu,
+        )
         if rec_ids != ref_ids:
             raise SystemExit(f"ids differ from the reference at {chars} chars")
         plain = [i for i in ref_ids if i not in tok.special_ids]
@@ -123,6 +152,8 @@ def measure_encode(sizes: list[int]) -> list[dict[str, Any]]:
                 "ref_ms": t_ref * 1e3,
                 "hf_ms": t_hf * 1e3,
                 "recipe_ms": t_rec * 1e3,
+                "ref_cpu_ms": cpu[0] * 1e3,
+                "recipe_cpu_ms": cpu[2] * 1e3,
             }
         )
     return rows
@@ -134,9 +165,14 @@ def measure_sweep() -> None:
     print(f"{'chars':>9} {'one-pass ms':>12} {'segmented ms':>13} {'one-pass/segmented':>19}")
     for chars in (1_024, 2_048, 4_096, 8_192, 16_384, 32_768, 65_536):
         text = mixed_text(chars, seed=chars)
-        t_one, _ = median_time(lambda text=text: tok.segments.encode(text, threshold_chars=len(text) + 1), 25)
         seg = min(DEFAULT_SEGMENT_CHARS, chars // 4)
-        t_seg, _ = median_time(lambda text=text, seg=seg: tok.segments.encode(text, segment_chars=seg, threshold_chars=0), 25)
+        (t_one, _), (t_seg, _) = interleaved_medians(
+            [
+                lambda text=text: tok.segments.encode(text, threshold_chars=len(text) + 1),
+                lambda text=text, seg=seg: tok.segments.encode(text, segment_chars=seg, threshold_chars=0),
+            ],
+            25,
+        )
         print(f"{chars:>9} {t_one * 1e3:>12.2f} {t_seg * 1e3:>13.2f} {t_one / t_seg:>19.2f}")
     text = mixed_text(1_000_000, seed=1)
     print("\nsegment-size sweep at 1M chars, medians")
@@ -156,8 +192,7 @@ def measure_detokenizer() -> dict[str, float]:
         add = detok.add
         return "".join([add(i) for i in ids]) + detok.finish()
 
-    t_stream, text = median_time(stream, 5)
-    t_once, once = median_time(lambda: tok.decode(ids), 5)
+    (t_stream, text), (t_once, once) = interleaved_medians([stream, lambda: tok.decode(ids)], 7)
     if text != once:
         raise SystemExit("incremental detokenizer output differs from one-shot decode")
     return {"ids": len(ids), "stream_ids_per_s": len(ids) / t_stream, "oneshot_ids_per_s": len(ids) / t_once}
@@ -187,7 +222,7 @@ def main() -> None:
     print("\nencode, medians in ms; ratio = reference time / candidate time; ids equal to the reference: yes")
     print(
         f"{'chars':>10} {'tokens':>9} {'segs':>5} {'reference':>10} {'one-pass':>9} {'recipe':>9}"
-        f" {'ref/one-pass':>13} {'ref/recipe':>11} {'ref/recipe 1 thread':>20}"
+        f" {'ref/one-pass':>13} {'ref/recipe':>11} {'ref/recipe 1 thread':>20} {'CPU ref/recipe':>15}"
     )
     for r in rows:
         one = single.get(r["chars"])
@@ -195,7 +230,7 @@ def main() -> None:
         print(
             f"{r['chars']:>10} {r['tokens']:>9} {r['segments']:>5} {r['ref_ms']:>10.1f} {r['hf_ms']:>9.1f}"
             f" {r['recipe_ms']:>9.1f} {r['ref_ms'] / r['hf_ms']:>13.2f} {r['ref_ms'] / r['recipe_ms']:>11.2f}"
-            f" {one_thread:>20}"
+            f" {one_thread:>20} {r['ref_cpu_ms'] / r['recipe_cpu_ms']:>15.2f}"
         )
     if args.sweep:
         measure_sweep()
