@@ -74,13 +74,18 @@ class ChatEventBuilder:
         return [self._chunk(delta)]
 
     def piece(self, piece: Piece) -> Event:
-        if isinstance(piece, ContentPiece):
-            delta: dict[str, Any] = {"content": piece.text}
-            if self.thinking:
+        if type(piece) is ContentPiece:
+            delta: dict[str, Any]
+            if not self.thinking:
+                delta = {"content": piece.text}
+            elif self.reasoning_field == "reasoning_content":
+                delta = {"content": piece.text, "reasoning_content": None}
+            else:
+                delta = {"content": piece.text}
                 self._reasoning(delta, None)
             lp = {"content": list(piece.logprobs)} if piece.logprobs is not None else None
             return self._chunk(delta, lp)
-        if isinstance(piece, ReasoningPiece):
+        if type(piece) is ReasoningPiece:
             delta = {"content": None}
             self._reasoning(delta, piece.text)
             lp = {"reasoning_content": list(piece.logprobs)} if piece.logprobs is not None else None

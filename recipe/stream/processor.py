@@ -92,12 +92,15 @@ class StreamProcessor:
             raise StreamInputError("stream processor is closed")
         if self.finished:
             raise StreamInputError("stream processor has finished: no update may follow the end of output")
-        if isinstance(update, Ready):
-            return self._record(self._ready(update))
+        if isinstance(update, TokenUpdate):
+            events = self._tokens(update)
+            if events:
+                self.events.extend(events)
+            return events
         if isinstance(update, TextUpdate):
             return self._record(self._text(update))
-        if isinstance(update, TokenUpdate):
-            return self._record(self._tokens(update))
+        if isinstance(update, Ready):
+            return self._record(self._ready(update))
         if isinstance(update, Finish):
             return self._record(self._finish(update.reason, explicit=True))
         raise StreamInputError(f"unknown backend update {type(update).__name__}")
@@ -173,7 +176,22 @@ class StreamProcessor:
         return events + self._pieces(self.parser.feed(update.text))
 
     def _tokens(self, update: TokenUpdate) -> list[Event]:
-        ids = list(update.token_ids)
+        ids = update.token_ids if isinstance(update.token_ids, list) else list(update.token_ids)
+        decoder = self._decoder
+        if decoder is not None and update.logprobs is None and len(ids) == 1 and self._started:
+            # fast path: one plain token, no logprobs (what an engine streams)
+            tid = ids[0]
+            if tid not in self._special_ids and isinstance(tid, int):
+                self.parser.use_token_markers()
+                try:
+                    text = decoder.add_many(ids)
+                except ValueError as exc:
+                    self.closed = True
+                    raise StreamInputError(f"cannot decode token ids: {exc}") from None
+                self.usage.completion_tokens += 1
+                if not text:
+                    return []
+                return self._pieces(self.parser.feed_segments([(text, None)]))
         if self._decoder is None or self._logprobs is None:
             self.closed = True
             raise StreamInputError("token update received without a tokenizer")
@@ -208,11 +226,12 @@ class StreamProcessor:
 
     def _pieces(self, pieces: list[Piece]) -> list[Event]:
         events: list[Event] = []
+        chat = self._chat
         for piece in pieces:
-            if isinstance(piece, ToolCallStart):
+            if type(piece) is ToolCallStart:
                 self._has_calls = True
-            if self._chat is not None:
-                events.append(self._chat.piece(piece))
+            if chat is not None:
+                events.append(chat.piece(piece))
             elif self._messages is not None:
                 events += self._messages.piece(piece)
             else:

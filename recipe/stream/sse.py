@@ -10,11 +10,12 @@ import orjson
 DONE_FRAME = b"data: [DONE]\n\n"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Event:
     """One protocol event: `data` is the JSON payload, `name` the SSE event name (None for Chat chunks).
 
     `done=True` marks Chat's terminal `data: [DONE]` frame (its `data` is empty and not accumulated).
+    Slotted rather than frozen for speed (one per token); treat it as immutable.
     """
 
     name: str | None

@@ -16,6 +16,7 @@ Fed one backend chunk at a time, `OutputTextParser` returns the `Piece`s that ar
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -62,6 +63,7 @@ class OutputMarkup:
 
 
 _REASONING, _CONTENT, _TOOLS, _DONE = range(4)
+_NEVER = re.compile(r"(?!)")
 
 
 class OutputTextParser:
@@ -83,6 +85,8 @@ class OutputTextParser:
         self._json = JsonOutputFilter() if options.parse_json_output else None
         self._strip_leading = False
         self._token_markers = False
+        self._triggers: dict[tuple[int, tuple[str, ...]], re.Pattern[str]] = {}
+        self._marks_cache: dict[tuple[int, bool, bool], list[str]] = {}
         self._tail = ""  # the last emitted characters (context for the newline rule before markers)
         if options.starts_in_tool_calls and self._tool_open is not None:
             self._mode = _TOOLS
@@ -113,6 +117,10 @@ class OutputTextParser:
     def feed_segments(self, segments: list[_Segment]) -> list[Piece]:
         """Parse one backend chunk made of several runs (a token update is split at special tokens)."""
         out: list[Piece] = []
+        if self._json is None:
+            for text, lp in segments:
+                self._feed(text, lp, out)
+            return out
         if self._json is not None:
             self._json.begin_chunk()
         for text, lp in segments:
@@ -161,7 +169,8 @@ class OutputTextParser:
         if not text:
             return
         self._tail = (self._tail + text)[-32:]
-        text = unmask(text)
+        if self._token_markers:
+            text = unmask(text)
         if self._mode == _REASONING:
             self.reasoning_text.append(text)
             out.append(ReasoningPiece(text, lp))
@@ -169,6 +178,14 @@ class OutputTextParser:
             out.append(ContentPiece(text, lp))
 
     def _markers(self) -> list[str]:
+        passing = self._json is not None and self._json.passing
+        key = (self._mode, passing, self._token_markers)
+        cached = self._marks_cache.get(key)
+        if cached is None:
+            cached = self._marks_cache[key] = self._compute_markers()
+        return cached
+
+    def _compute_markers(self) -> list[str]:
         marks: list[str] = []
         if self._think_end is not None:
             marks.append(self._think_end)
@@ -181,7 +198,7 @@ class OutputTextParser:
 
     def _feed(self, text: str, lp: LogprobEntries, out: list[Piece]) -> None:
         mode = self._mode
-        if mode == _DONE:
+        if mode == _DONE or not text:
             return
         if mode == _TOOLS:
             assert self._tools is not None
@@ -195,8 +212,28 @@ class OutputTextParser:
                 return
             self._strip_leading = False
             text = stripped
+        if not self._pending:
+            # fast path: nothing held and no character that could start a marker
+            marks = self._markers()
+            key = (self._mode, tuple(marks))
+            trigger = self._triggers.get(key)
+            if trigger is None:
+                trigger = re.compile("[" + re.escape("".join({m[0] for m in marks})) + "]") if marks else _NEVER
+                self._triggers[key] = trigger
+            if trigger.search(text) is None and not (text[-1] == "\n" and self._holds_newlines(marks)):
+                self._tail = text if len(text) >= 32 else (self._tail + text)[-32:]
+                if self._mode == _REASONING:
+                    self.reasoning_text.append(text)
+                    out.append(ReasoningPiece(text, lp))
+                else:
+                    out.append(ContentPiece(text, lp))
+                return
         self._pending.append((text, lp))
         self._scan(out)
+
+    def _holds_newlines(self, marks: list[str]) -> bool:
+        """Trailing newlines wait: they are dropped if `</think>` or a tool block follows."""
+        return self._mode == _REASONING or (self._tool_open is not None and self._tool_open in marks)
 
     def _scan(self, out: list[Piece]) -> None:
         while True:
@@ -257,7 +294,7 @@ class OutputTextParser:
                 if joined.endswith(m[:k]):
                     hold = min(hold, len(joined) - k)
                     break
-        if self._mode == _REASONING or (self._tool_open is not None and self._tool_open in marks):
+        if self._holds_newlines(marks):
             while hold > 0 and joined[hold - 1] == "\n":
                 hold -= 1
         pos = 0

@@ -16,29 +16,23 @@ class UpdateDecoder:
     """All-or-nothing incremental decoding per update; special tokens stay as their spelling."""
 
     def __init__(self, tokenizer: Any) -> None:
-        self._tok = tokenizer
         self._det = IncrementalDetokenizer(tokenizer, skip_special_tokens=False)
         self._held: list[str] = []
-        self._held_ids: list[int] = []  # ids since the last point where nothing was held back
 
     def add_many(self, ids: list[int]) -> str:
         """Text of `ids`, or "" while a character is still incomplete (then it comes later, whole)."""
         text = self._det.add_many(ids)
-        if self._held_ids or (ids and ids[-1] not in self._tok.special_ids):
-            self._held_ids.extend(ids)
+        if self._det.holding:
             self._held.append(text)
-            out = "".join(self._held)
-            # nothing is held back exactly when the emitted text is the whole decoding of these ids
-            if self._tok.decode(self._held_ids) != out:
-                return ""
+            return ""
+        if self._held:
+            self._held.append(text)
+            text = "".join(self._held)
             self._held = []
-            self._held_ids = []
-            return out
         return text
 
     def finish(self) -> str:
         """What is still held at the end (an incomplete character becomes U+FFFD)."""
         text = "".join(self._held) + self._det.finish()
         self._held = []
-        self._held_ids = []
         return text

@@ -1,0 +1,168 @@
+"""Stream processing cost: µs per output token and events per second, ours vs the official reference.
+
+Both processors get the same backend updates (setup excluded; each event rendered to SSE bytes) (one token id per update, as an engine streams them, and
+text updates of a few characters) for the same generated model outputs (thinking + text + DSML tool
+calls, stop sequences, JSON mode) in all three APIs; each figure is the median of several repetitions
+measured in this run, printed with its ratio to the reference (< 1 means cheaper than the reference).
+
+Run: `.venv/bin/python bench/stream.py [--cases 60] [--repeats 5]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def ours_run(case: dict[str, Any], harness: Any, tok: Any) -> Any:
+    """A closure feeding our processor every update of `case` and rendering each event's SSE bytes."""
+    from recipe.stream import StreamProcessor, responses_echo
+
+    request = harness.recipe_request(case["api"], case["body"])
+    fmt = "deepseek_v41" if request.model_version.name == "V41" else "deepseek_v4"
+    echo = responses_echo(case["body"]) if case["api"] == "responses" else None
+    updates = [harness.to_update(u) for u in case["updates"]]
+
+    def run() -> int:
+        proc = StreamProcessor(case["api"], request, response_id="resp-1", model="m", tokenizer=tok,
+                               output_format=fmt, created=1, echo=echo)
+        n = 0
+        for update in updates:
+            for event in proc.feed(update):
+                event.sse()
+                n += 1
+            if proc.finished:
+                break
+        for event in proc.finish():
+            event.sse()
+            n += 1
+        return n
+
+    return run
+
+
+def ref_run(case: dict[str, Any], dr: Any, ref_tok: Any) -> Any:
+    """The same for the reference processor: push every chunk, render `event:`/`data:` frames."""
+    req_cls = {"chat": dr.ChatCompletionRequest, "messages": dr.MessagesRequest,
+               "responses": dr.ResponsesRequest}[case["api"]]
+    resp_cls = {"chat": dr.ChatCompletionResponse, "messages": dr.MessagesResponse,
+                "responses": dr.ResponsesResponse}[case["api"]]
+    reasons = {"stop": dr.InferenceFinishReason.Stop, "length": dr.InferenceFinishReason.Length,
+               "content_filter": dr.InferenceFinishReason.ContentFilter}
+    chunks = []
+    for u in case["updates"]:
+        if u["kind"] == "ready":
+            chunks.append(dr.InferenceChunk.ready(prompt_usage=dr.PromptUsage(prompt_tokens=u["prompt_tokens"])))
+        elif u["kind"] == "text":
+            chunks.append(dr.InferenceChunk.text(u["text"], u["token_count"]))
+        elif u["kind"] == "tokens":
+            chunks.append(dr.InferenceChunk.tokens(u["ids"]))
+        else:
+            chunks.append(dr.InferenceChunk.finish(reasons[u["reason"]]))
+    bodies = [req_cls(case["body"]) for _ in range(1)]
+    req = bodies[0]
+    echo = req.echo() if case["api"] == "responses" else None
+    cr = req.convert(dr.ConversionOptions())
+    gen = req_cls.chunk_generator(cr, "resp-1", "m")
+    if echo is not None:
+        gen = gen.with_echo(echo)
+    proc = dr.StreamProcessor(gen, cr.parsing_options, ref_tok)
+
+    def render(item: Any) -> bytes:
+        name = resp_cls.sse_event_name(item)
+        head = f"event: {name}\n" if name else ""
+        return (head + "data: " + item.to_json() + "\n\n").encode()
+
+    def run() -> int:
+        n = 0
+        for chunk in chunks:
+            for item in proc.push(chunk):
+                render(item)
+                n += 1
+            if proc.finished:
+                break
+        for item in proc.finish():
+            render(item)
+            n += 1
+        proc.close()
+        return n
+
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", type=int, default=60)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+
+    import deepseek_recipe as dr
+
+    from recipe.tokenizer import deepseek_v4_tokenizer_path, load_deepseek_v4_tokenizer
+
+    mt = _load("make_transcripts", ROOT / "golden" / "make_transcripts.py")
+    harness = _load("stream_harness", ROOT / "tests" / "stream" / "conftest.py")
+    tok = load_deepseek_v4_tokenizer()
+    ref_tok = dr.Tokenizer.from_file(str(deepseek_v4_tokenizer_path()))
+    rng = random.Random(4242)
+
+    print(f"{'api':<10}{'feed':<8}{'tokens':>8}{'events':>8}  {'ours µs/tok':>12}{'ref µs/tok':>12}{'ratio':>8}"
+          f"  {'ours ev/s':>11}{'ref ev/s':>11}")
+    for api_index, api in enumerate(("chat", "messages", "responses")):
+        cases = []
+        while len(cases) < args.cases:
+            case = mt.make_case(rng, api_index)  # case i % 3 selects the api
+            case["explicit_finish"] = True
+            cases.append(case)
+        for feed in ("tokens", "text"):
+            prepared = []
+            n_tokens = 0
+            for case in cases:
+                case["feed"] = feed
+                case["logprobs"] = False
+                upds = mt.updates(case, tok)
+                if feed == "tokens":  # one id per update, as an engine streams
+                    flat = [i for u in upds if u["kind"] == "tokens" for i in u["ids"]]
+                    upds = [upds[0], *({"kind": "tokens", "ids": [i]} for i in flat), upds[-1]]
+                    n_tokens += len(flat)
+                else:
+                    n_tokens += len(tok.full.encode(case["output"], add_special_tokens=False).ids)
+                case["updates"] = upds
+                prepared.append(case)
+            ours_t, ref_t = [], []
+            n_events = ref_events = 0
+            for _ in range(args.repeats):
+                runs = [ours_run(case, harness, tok) for case in prepared]  # setup outside the timing
+                t0 = time.perf_counter()
+                n_events = sum(run() for run in runs)
+                ours_t.append(time.perf_counter() - t0)
+                ref_runs = [ref_run(case, dr, ref_tok) for case in prepared]
+                t0 = time.perf_counter()
+                ref_events = sum(run() for run in ref_runs)
+                ref_t.append(time.perf_counter() - t0)
+            ours, ref = statistics.median(ours_t), statistics.median(ref_t)
+            print(f"{api:<10}{feed:<8}{n_tokens:>8}{n_events:>8}  {ours / n_tokens * 1e6:>12.2f}"
+                  f"{ref / n_tokens * 1e6:>12.2f}{ours / ref:>8.2f}  {n_events / ours:>11.0f}{ref_events / ref:>11.0f}")
+    print("ratio = ours / reference time for the same updates (medians of", args.repeats, "repeats, same run)")
+    print("timed: feeding every update and rendering each event's SSE bytes; request setup is outside the timing")
+
+
+if __name__ == "__main__":
+    main()
