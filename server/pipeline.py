@@ -9,6 +9,7 @@ iterator early (client gone, timeout, error) aborts the backend request so its K
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from recipe.server.backend import (
     Backend,
     BackendQueueFull,
@@ -117,11 +119,16 @@ class Pipeline:
         except self.parts.errors.RequestError as exc:
             raise ApiError(exc.status, exc.message, body=exc.body(api)) from None
 
-    def encode(self, request: Any) -> list[int]:
-        """Prompt token ids of a converted request, rendered by the served model's codec."""
+    def render(self, request: Any) -> Any:
+        """The served model's prompt (`RenderedPrompt`) for a converted request."""
         fmt = self.backend.model.chat_format
-        self.parts.require("encoding", fmt)
-        rendered = getattr(self.parts, fmt).render(request.conversation)
+        self.parts.require(fmt)
+        return getattr(self.parts, fmt).render(request.conversation)
+
+    def encode(self, request: Any, rendered: Any = None) -> list[int]:
+        """Prompt token ids of a converted request, rendered by the served model's codec."""
+        self.parts.require("encoding")
+        rendered = rendered if rendered is not None else self.render(request)
         try:
             return list(self.parts.encoding.encode_rendered(rendered, self.backend.model.tokenizer))
         except Exception as exc:  # a special token the tokenizer lacks, or an image it cannot take
@@ -129,11 +136,26 @@ class Pipeline:
                 raise ApiError(400, str(exc)) from None
             raise
 
+    def _parse_from_output_start(self, request: Any, rendered: Any) -> Any:
+        """A required tool call starts inside the tool-call block only if the prompt opened it. The ChatML
+        prompt does not (the constrained output itself begins with `<tool_call>`), so parsing then starts
+        at the top of the output."""
+        po = request.parsing_options
+        if (self.backend.model.chat_format == "chatml" and po.starts_in_tool_calls
+                and not rendered.prompt.rstrip().endswith("<tool_call>")):
+            return dataclasses.replace(request, parsing_options=dataclasses.replace(po, starts_in_tool_calls=False))
+        return request
+
     async def compile_constraint(self, request: Any) -> Any:
         oc = request.inference_options.output_constraint
         if oc is None:
             return None
         self.parts.require("constraints")
+        conv = request.conversation
+        if oc.kind == "json" and oc.schema and conv.response_format == "json_schema" and conv.response_schema:
+            # Conversion hands over the reference's normalised schema, which drops keywords such as
+            # maxLength under `strict`; the mask enforces the schema the client actually sent.
+            oc = dataclasses.replace(oc, schema=orjson.dumps(conv.response_schema).decode())
         constraints = self.parts.constraints
         fmt = self.backend.model.chat_format
         tool_format = {"chatml": "chatml", "deepseek_v4": "dsml_v4", "deepseek_v41": "dsml_v41"}[fmt]
@@ -166,7 +188,9 @@ class Pipeline:
         response_fields: dict[str, Any] | None = None,
     ) -> Generation:
         self.parts.require("stream", "updates")
-        prompt_ids = self.encode(request)
+        rendered = self.render(request)
+        prompt_ids = self.encode(request, rendered)
+        request = self._parse_from_output_start(request, rendered)
         max_tokens = self.resolve_max_tokens(request, len(prompt_ids))
         constraint = await self.compile_constraint(request)
         io = request.inference_options

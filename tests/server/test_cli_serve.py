@@ -36,8 +36,12 @@ def test_banner_then_sigterm_drains_the_stream_in_flight() -> None:
                "--echo-token-delay", "0.05", "--log-level", "warning")
     try:
         assert p.stdout is not None
-        banner = p.stdout.readline()
-        assert f"http://127.0.0.1:{port}" in banner and "DeepSeek-V4-Pro" in banner
+        seen = []
+        while not (seen and seen[-1].startswith("Recipe is serving")):
+            line = p.stdout.readline()
+            assert line, f"the server exited before its banner: {seen}"
+            seen.append(line)
+        assert f"http://127.0.0.1:{port}" in seen[-1] and "DeepSeek-V4-Pro" in seen[-1]
         body = {"model": "DeepSeek-V4-Pro", "messages": [{"role": "user", "content": "drain me"}], "max_tokens": 30,
                 "stream": True, "thinking": {"type": "disabled"}}
         with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30) as r:
