@@ -1125,6 +1125,39 @@ RESPONSES_MUTATIONS: dict[str, Mutation] = {
     "top_p_zero": _set("top_p", 0),
 }
 
+EDGE_IMAGE_URLS = [
+    "data:image/png;base64,@@@",
+    "data:image/jpg;base64,iVBORw0KGgo=",
+    "data:image/svg+xml;base64,PHN2Zz4=",
+    "DATA:image/png;base64,iVBORw0KGgo=",
+    "HTTPS://x/a.png",
+    "data:image/png,rawdata",
+    "data:image/png;base64,",
+    "http:x",
+    "data:,hi",
+    "data:image/webp;charset=utf8;base64,iVBORw0KGgo=",
+]
+for _i, _url in enumerate(EDGE_IMAGE_URLS):
+    CHAT_MUTATIONS[f"v41_image_url_edge_{_i}"] = _set(
+        "messages", [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": _url}}]}]
+    )
+    CHAT_MUTATIONS[f"v41_image_url_edge_{_i}_model"] = lambda _rng, b, _url=_url: {
+        **b,
+        "model": V41,
+        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": _url}}]}],
+    }
+    RESPONSES_MUTATIONS[f"v41_input_image_edge_{_i}"] = lambda _rng, b, _url=_url: {
+        **b,
+        "model": V41,
+        "input": [{"role": "user", "content": [{"type": "input_image", "image_url": _url}]}],
+    }
+for _i, _url in enumerate(["", "ftp://x", "x", "https://x/a.png"]):
+    MESSAGES_MUTATIONS[f"v41_image_source_url_edge_{_i}"] = lambda _rng, b, _url=_url: {
+        **b,
+        "model": V41,
+        "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": _url}}]}],
+    }
+
 GENERATORS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
     "chat": chat_body,
     "messages": messages_body,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 from typing import Any
 
 from recipe.conversation import Conversation, ImageSource, InferenceOptions, Message, ModelVersion, ToolCall
@@ -17,7 +16,7 @@ from recipe.errors import conversion_error
 from recipe.protocols import body_fields as bf
 from recipe.protocols import sampling
 from recipe.protocols.assemble import build_request, resolve_model, settle_reasoning
-from recipe.protocols.images import IMAGE_PLACEHOLDER, UNSUPPORTED_IMAGE
+from recipe.protocols.images import IMAGE_PLACEHOLDER, UNSUPPORTED_IMAGE, url_scheme
 from recipe.protocols.json_syntax import load_json
 from recipe.protocols.options import ConversionOptions
 from recipe.protocols.prompt_json import dumps as prompt_json
@@ -42,7 +41,6 @@ CHOICE_TYPES = ("auto", "any", "tool", "none")
 STRUCT = "MessagesRequest"
 STRUCT_FIELDS = 13
 WEB_SEARCH_TYPES = ("web_search_20250305", "web_search_20260209")
-_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 
 # ----------------------------------------------------------------------------------------------------
 # Shape
@@ -273,7 +271,7 @@ def _image(
         media = "image/jpeg" if src["media_type"] == "image/jpg" else src["media_type"]
         url = f"data:{media};base64,{src['data']}"
         return IMAGE_PLACEHOLDER, ImageSource(kind="data_url", detail="high", data_url=url, path=where)
-    if not _URL_RE.match(src["url"]):
+    if url_scheme(src["url"]) not in ("http", "https"):
         raise conversion_error(f'{path}: invalid url: "{src["url"]}"')
     return IMAGE_PLACEHOLDER, ImageSource(kind="url", detail="high", url=src["url"], path=where)
 
