@@ -29,8 +29,9 @@ class Event:
         """One SSE frame: `event: <name>` (when the API names events), `data: <json>`, blank line."""
         if self.done:
             return DONE_FRAME
-        head = b"event: " + self.name.encode() + b"\n" if self.name else b""
-        return head + b"data: " + orjson.dumps(self.data) + b"\n\n"
+        if self.name:
+            return b"".join((b"event: ", self.name.encode(), b"\ndata: ", orjson.dumps(self.data), b"\n\n"))
+        return b"".join((b"data: ", orjson.dumps(self.data), b"\n\n"))
 
 
 def done_event() -> Event:
