@@ -1206,7 +1206,25 @@ def fuzz(rng: random.Random, body: dict[str, Any]) -> tuple[dict[str, Any], str]
     return body, f"fuzz:{what}:" + "/".join(str(p) for p in path)
 
 
-def generate_cases(seed: int, per_api: int, invalid_share: float, fuzz_per_api: int = 0) -> list[dict[str, Any]]:
+TEXT_FUZZ_PIECES = ['"', "\\", "{", "}", "[", "]", ",", ":", " ", "\n", "x", "1", "-", ".", "e", "t", "n", "\x01", "é",
+                    "\\u", "\\ud800", "\\udc00", "1e999"]
+
+
+def text_fuzz(rng: random.Random, text: str) -> tuple[str, str]:
+    """The JSON text of a body truncated, or with one character inserted or deleted."""
+    i = rng.randrange(len(text) + 1)
+    r = rng.random()
+    if r < 0.3:
+        return text[:i], f"text_fuzz:truncate:{i}"
+    if r < 0.65:
+        piece = rng.choice(TEXT_FUZZ_PIECES)
+        return text[:i] + piece + text[i:], f"text_fuzz:insert:{i}"
+    return text[:i] + text[i + 1 :], f"text_fuzz:delete:{i}"
+
+
+def generate_cases(
+    seed: int, per_api: int, invalid_share: float, fuzz_per_api: int = 0, text_fuzz_per_api: int = 0
+) -> list[dict[str, Any]]:
     """Random bodies per API (one RNG per API), every mutation once on the minimal body, and
     `fuzz_per_api` generated bodies with one random structural mutation each (outcome as it falls)."""
     cases: list[dict[str, Any]] = []
@@ -1230,6 +1248,10 @@ def generate_cases(seed: int, per_api: int, invalid_share: float, fuzz_per_api: 
         for _ in range(fuzz_per_api):
             body, name = fuzz(frng, GENERATORS[api](frng))
             cases.append({"api": api, "intended_valid": None, "mutation": name, "body": body})
+        trng = random.Random(f"{seed}-{api}-text")
+        for _ in range(text_fuzz_per_api):
+            text, name = text_fuzz(trng, json.dumps(GENERATORS[api](trng), ensure_ascii=False))
+            cases.append({"api": api, "intended_valid": None, "mutation": name, "body": text})
     return cases
 
 
@@ -1239,13 +1261,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-api", type=int, default=400)
     ap.add_argument("--invalid-share", type=float, default=0.12)
     ap.add_argument("--fuzz-per-api", type=int, default=250)
+    ap.add_argument("--text-fuzz-per-api", type=int, default=80)
     ap.add_argument("--out", type=Path, default=HERE / "requests.jsonl.gz")
     args = ap.parse_args(argv)
     tok = _tokenizer()
     encodings = {"V4": dr.DeepseekV4Encoding().with_tokenizer(tok), "V41": dr.DeepseekV41Encoding().with_tokenizer(tok)}
     n_ok = n_err = 0
     lines = []
-    for i, case in enumerate(generate_cases(args.seed, args.per_api, args.invalid_share, args.fuzz_per_api)):
+    for i, case in enumerate(generate_cases(args.seed, args.per_api, args.invalid_share, args.fuzz_per_api, args.text_fuzz_per_api)):
         body = case["body"]
         text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
         rec = {

@@ -187,6 +187,9 @@ def _tool_choice(value: Any) -> None:
         return
     if isinstance(value, dict) and isinstance(value.get("type"), str) and value["type"] != "function":
         bf.fail(f"field `type`: unknown variant `{value['type']}`, expected `function`")
+    if isinstance(value, dict) and value.get("type") == "function" and not isinstance(value.get("function"), dict):
+        fn_value = value.get("function")  # absent reads as null
+        bf.fail(f"field `function`: invalid type: {bf.unexpected(fn_value)}, expected struct ChatCompletionToolChoiceFunction")
     fn = value.get("function") if isinstance(value, dict) else None
     if isinstance(value, dict) and value.get("type") == "function" and isinstance(fn, dict) and isinstance(fn.get("name"), str):
         return

@@ -94,17 +94,46 @@ class _Scanner:
                     raise self.fail("EOF while parsing a string", consumed=False)
                 e = self.d[self.i]
                 if e == ord("u"):
-                    for _ in range(4):
+                    unit = self.hex4()
+                    if 0xDC00 <= unit <= 0xDFFF:
+                        raise self.fail("lone leading surrogate in hex escape")
+                    if 0xD800 <= unit <= 0xDBFF:
+                        # a leading surrogate must be followed by an escaped trailing one
+                        if self.i + 1 >= self.n:
+                            raise self.fail("EOF while parsing a string", consumed=False)
+                        self.i += 1
+                        if self.d[self.i] != ord("\\"):
+                            raise self.fail("unexpected end of hex escape")
                         self.i += 1
                         if self.i >= self.n:
                             raise self.fail("EOF while parsing a string", consumed=False)
-                        if self.d[self.i] not in _HEX:
-                            raise self.fail("invalid escape")
+                        if self.d[self.i] != ord("u"):
+                            raise self.fail("unexpected end of hex escape")
+                        if not 0xDC00 <= self.hex4() <= 0xDFFF:
+                            raise self.fail("lone leading surrogate in hex escape")
                 elif e not in b'"\\/bfnrt':
                     raise self.fail("invalid escape")
             self.i += 1
 
+    def hex4(self) -> int:
+        """The four bytes after `u` (serde reads all four, then checks them); ends on the fourth."""
+        if self.i + 4 >= self.n:
+            self.i = self.n
+            raise self.fail("EOF while parsing a string", consumed=False)
+        digits = self.d[self.i + 1 : self.i + 5]
+        self.i += 4
+        if any(c not in _HEX for c in digits):
+            raise self.fail("invalid escape")
+        return int(digits, 16)
+
     def number(self) -> None:
+        start = self.i
+        self._number()
+        if float(self.d[start : self.i]) in (float("inf"), float("-inf")):
+            self.i -= 1
+            raise self.fail("number out of range")
+
+    def _number(self) -> None:
         if self.d[self.i] == ord("-"):
             self.i += 1
             if self.i >= self.n:
@@ -139,7 +168,9 @@ class _Scanner:
 
     def array(self, depth: int) -> None:
         self.ws()
-        if self.i < self.n and self.d[self.i] == ord("]"):
+        if self.i >= self.n:
+            raise self.fail("EOF while parsing a list", consumed=False)
+        if self.d[self.i] == ord("]"):
             self.i += 1
             return
         while True:
@@ -190,7 +221,9 @@ class _Scanner:
                 raise self.fail("expected `,` or `}`")
             self.i += 1
             self.ws()
-            if self.i < self.n and self.d[self.i] == ord("}"):
+            if self.i >= self.n:
+                raise self.fail("EOF while parsing a value", consumed=False)
+            if self.d[self.i] == ord("}"):
                 raise self.fail("trailing comma")
 
     def document(self) -> None:
