@@ -40,27 +40,38 @@ class JsonOutputFilter:
         self._held: list[str] = []  # passing text held back (may precede a closing fence)
         self._held_lp: list[LogprobEntries] = []
         self._lp: LogprobEntries = None  # logprobs of the piece being filtered (every output of it carries them)
-        self._out: list[str] = []
-        self._chunk_out: list[str] = []
 
     @property
     def passing(self) -> bool:
         """Whether text currently passes as the JSON answer (inside or after the value, before a fence)."""
         return self._state in (_BARE, _PASS)
 
-    def begin_chunk(self) -> None:
-        self._chunk_out = []
+    def filter_piece(self, text: str, logprobs: LogprobEntries) -> list[Piece]:
+        """The content pieces that stand for one parsed content piece (every one carries its logprobs)."""
+        self._lp = logprobs
+        return [ContentPiece(t, lp) for t, lp in self._filter(text)]
 
-    def end_chunk(self, pieces: list[Piece]) -> list[Piece]:
-        out: list[Piece] = []
-        for piece in pieces:
-            if not isinstance(piece, ContentPiece):
-                out.append(piece)
-                continue
-            self._lp = piece.logprobs
-            for text, lp in self._filter(piece.text):
-                out.append(ContentPiece(text, lp))
-        return out
+    def fence_end_in(self, text: str) -> int:
+        """Where in `text` a closing fence (after the value) ends, if it does; else -1. State is unchanged."""
+        start = 0
+        if self._state == _BARE:
+            saved = (self._depth, self._in_string, self._escape)
+            consumed = self._scan_value(text)
+            closed = self._depth == 0
+            self._depth, self._in_string, self._escape = saved
+            if not closed:
+                return -1
+            start = consumed
+            base = ""
+        elif self._state == _PASS:
+            base = "".join(self._held)
+        else:
+            return -1
+        joined = base + text[start:]
+        k = joined.find(_FENCE_CLOSE, 0)
+        if k < 0:
+            return -1
+        return k + len(_FENCE_CLOSE) - len(base) + start
 
     # ---- one piece of content ------------------------------------------------------------------
 

@@ -120,29 +120,26 @@ class OutputTextParser:
     def feed_segments(self, segments: list[_Segment]) -> list[Piece]:
         """Parse one backend chunk made of several runs (a token update is split at special tokens)."""
         out: list[Piece] = []
-        if self._json is None:
-            for text, lp in segments:
-                self._feed(text, lp, out)
-            return out
-        if self._json is not None:
-            self._json.begin_chunk()
+        json = self._json
         for text, lp in segments:
+            if json is not None and json.passing and self._tool_open is not None and self._mode == _CONTENT:
+                # A closing fence inside this chunk re-enables tool-call parsing for the text after it
+                cut = json.fence_end_in(text)
+                if 0 < cut < len(text):
+                    self._feed(text[:cut], lp, out)
+                    self._feed(text[cut:], lp, out)  # every piece of a chunk carries its logprobs
+                    continue
             self._feed(text, lp, out)
-        if self._json is not None:
-            out = self._json.end_chunk(out)
         return out
 
     def finish(self) -> list[Piece]:
         """End of output: release everything held back (partial markers become text)."""
         out: list[Piece] = []
-        if self._json is not None:
-            self._json.begin_chunk()
         if self._mode in (_REASONING, _CONTENT):
             self._release(len(self._pending), out)
         elif self._mode == _TOOLS and self._tools is not None:
             out.extend(self._tools.finish())
         if self._json is not None:
-            out = self._json.end_chunk(out)
             out.extend(ContentPiece(text, lp) for text, lp in self._json.finish())
         return out
 
@@ -177,8 +174,10 @@ class OutputTextParser:
         if self._mode == _REASONING:
             self.reasoning_text.append(text)
             out.append(ReasoningPiece(text, lp))
-        else:
+        elif self._json is None:
             out.append(ContentPiece(text, lp))
+        else:
+            out.extend(self._json.filter_piece(text, lp))
 
     def _markers(self) -> list[str]:
         passing = self._json is not None and self._json.passing
@@ -225,11 +224,15 @@ class OutputTextParser:
                 self._triggers[key] = trigger
             if trigger.search(text) is None and not (text[-1] == "\n" and self._holds_newlines(marks)):
                 self._tail = text if len(text) >= 32 else (self._tail + text)[-32:]
+                if self._token_markers:
+                    text = unmask(text)
                 if self._mode == _REASONING:
                     self.reasoning_text.append(text)
                     out.append(ReasoningPiece(text, lp))
-                else:
+                elif self._json is None:
                     out.append(ContentPiece(text, lp))
+                else:
+                    out.extend(self._json.filter_piece(text, lp))
                 return
         self._pending.append((text, lp))
         self._scan(out)
