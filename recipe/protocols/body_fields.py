@@ -205,7 +205,7 @@ def unit_variant(value: Any, variants: Sequence[str]) -> str:
 def variant(value: Any, variants: Sequence[str]) -> str:
     """A unit enum given as a string."""
     if not isinstance(value, str):
-        invalid_type(value, "a string" if len(variants) else "variant identifier")
+        invalid_type(value, "variant identifier")
     if value not in variants:
         unknown_variant(value, variants)
     return value

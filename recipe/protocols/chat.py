@@ -401,7 +401,7 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
         regex = fmt["regex"]
     if selection.strict and selection.tools and fmt is not None:
         raise conversion_error("response_format should not be used with tools")
-    stop = sampling.check_stop(obj.get("stop") if not isinstance(obj.get("stop"), str) else (obj["stop"],))
+    stop = sampling.check_stop(obj.get("stop"))
     stream = bool(obj.get("stream"))
     stream_options = obj.get("stream_options")
     if stream_options is not None and not stream:

@@ -53,7 +53,7 @@ def _image_source(value: Any) -> None:
     if kind == "base64":
         for k, v in src.items():
             if k == "media_type":
-                bf.variant(v, MEDIA_TYPES)
+                bf.unit_variant(v, MEDIA_TYPES)
             elif k == "data":
                 bf.string(v)
         for req in ("media_type", "data"):
@@ -96,7 +96,7 @@ def _block(value: Any, nested: bool = False) -> dict[str, Any]:
                 bf.string(obj[k])
     elif kind == "document":
         required = ("source",)
-        if obj.get("source") is not None:
+        if "source" in obj:
             src = bf.mapping(obj["source"], "MessagesDocumentSource")
             if src.get("media_type") is not None:
                 bf.string(src["media_type"])
@@ -487,7 +487,7 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
         elif kind == "tool":
             choice, named = "named", choice_raw["name"]
     selection = finish_tools(specs, choice, named, thinking, names_checked=True)
-    stop = sampling.check_stop(tuple(obj.get("stop_sequences") or ()))
+    stop = sampling.check_stop(obj.get("stop_sequences"))
     temperature = bf.opt_float32(obj.get("temperature"))
     top_p = bf.opt_float32(obj.get("top_p"))
     sampling.check_temperature(temperature)

@@ -221,6 +221,7 @@ def _tool(value: Any) -> None:
         if "name" not in obj:
             bf.missing("name")
         bf.string(obj["name"])
+        bf.opt_string(obj.get("description"))
         for t in bf.sequence(obj.get("tools") or []):
             inner = bf.tagged_object(t, "ResponsesNamespaceTool")
             bf.tag(inner, "type", ("function", "custom"), "ResponsesNamespaceTool")
@@ -234,8 +235,7 @@ def _tool(value: Any) -> None:
 def _tool_choice(value: Any) -> None:
     if value is None:
         return
-    if isinstance(value, str):
-        bf.variant(value, ("none", "auto", "required"))
+    if isinstance(value, str) and value in ("none", "auto", "required"):
         return
     if not isinstance(value, dict):
         bf.fail("expected one of `none`, `auto`, `required` or a tool choice object")

@@ -108,9 +108,16 @@ def read_stop(value: object) -> tuple[str, ...] | None:
     fail("expected a string or a list")
 
 
-def check_stop(stop: tuple[str, ...] | None) -> tuple[str, ...]:
-    if not stop:
+def check_stop(stop: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    """Stop strings as given (a single string or a list); each non-empty, at most 16."""
+    if stop is None:
         return ()
+    if isinstance(stop, str):
+        if not stop:
+            raise conversion_error(
+                "Invalid 'stop': empty string. Expected a string with minimum length 1, but got an empty string instead."
+            )
+        return (stop,)
     for i, s in enumerate(stop):
         if s == "":
             raise conversion_error(
@@ -118,4 +125,4 @@ def check_stop(stop: tuple[str, ...] | None) -> tuple[str, ...]:
             )
     if len(stop) > 16:
         raise conversion_error(f"Stop string array too long: {len(stop)}")
-    return stop
+    return tuple(stop)
