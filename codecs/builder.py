@@ -11,17 +11,19 @@ class PromptBuilder:
     """Append-only prompt assembly; `build()` returns the `RenderedPrompt`.
 
     `special(s)` appends one special-token spelling (one range); `text(s)` appends plain text;
-    `fixed(s)` appends plain template text that never depends on the request (a cache hint for encoding).
+    `template(s)` and `repeated(s)` append plain text that repeats across requests — template text, and
+    tool lists or schemas that clients resend (cache hints for encoding: `RenderedPrompt.reusable_spans`).
     """
 
-    __slots__ = ("_fixed", "_images", "_parts", "_pos", "_ranges")
+    __slots__ = ("_images", "_parts", "_pos", "_ranges", "_reusable", "_template_end")
 
     def __init__(self) -> None:
         self._parts: list[str] = []
         self._ranges: list[tuple[int, int]] = []
-        self._fixed: list[tuple[int, int]] = []
+        self._reusable: list[tuple[int, int]] = []
         self._images: list[ImageSource] = []
         self._pos = 0
+        self._template_end = -1
 
     def special(self, spelling: str) -> None:
         end = self._pos + len(spelling)
@@ -34,15 +36,26 @@ class PromptBuilder:
             self._parts.append(text)
             self._pos += len(text)
 
-    def fixed(self, text: str) -> None:
+    def template(self, text: str) -> None:
+        """Plain template text (never depends on the request); joins an adjacent template span."""
         if not text:
             return
         end = self._pos + len(text)
-        fixed = self._fixed
-        if fixed and fixed[-1][1] == self._pos:
-            fixed[-1] = (fixed[-1][0], end)
+        spans = self._reusable
+        if self._template_end == self._pos and spans:
+            spans[-1] = (spans[-1][0], end)
         else:
-            fixed.append((self._pos, end))
+            spans.append((self._pos, end))
+        self._template_end = end
+        self._parts.append(text)
+        self._pos = end
+
+    def repeated(self, text: str) -> None:
+        """Plain text that clients resend unchanged (a tool list, a schema): a span of its own."""
+        if not text:
+            return
+        end = self._pos + len(text)
+        self._reusable.append((self._pos, end))
         self._parts.append(text)
         self._pos = end
 
@@ -55,5 +68,5 @@ class PromptBuilder:
 
     def build(self) -> RenderedPrompt:
         return RenderedPrompt(
-            "".join(self._parts), tuple(self._ranges), tuple(self._images), tuple(self._fixed)
+            "".join(self._parts), tuple(self._ranges), tuple(self._images), tuple(self._reusable)
         )

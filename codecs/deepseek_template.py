@@ -76,7 +76,7 @@ def emit_pieces(b: PromptBuilder, pieces: Pieces) -> None:
         if is_special:
             b.special(text)
         else:
-            b.fixed(text)
+            b.template(text)
 
 
 def tool_line(tool: ToolDefinition, dumps: Callable[[Any], str]) -> str:

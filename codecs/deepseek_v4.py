@@ -80,7 +80,7 @@ def effort_preamble(conv: Conversation) -> str:
 
 
 def _system_text(b: PromptBuilder, conv: Conversation, systems: list[Message], tools_active: bool) -> None:
-    b.fixed(effort_preamble(conv))
+    b.template(effort_preamble(conv))
     first = True
     for m in systems:
         if not m.content:
@@ -92,13 +92,17 @@ def _system_text(b: PromptBuilder, conv: Conversation, systems: list[Message], t
     if tools_active:
         emit_pieces(b, TOOLS_HEAD)
         lines = tool_lines(conv.tools, dumps_v4)
-        b.text("\n".join(lines))
-        b.fixed(TOOLS_TAIL if lines else TOOLS_TAIL[1:])
+        if lines:
+            # The list with the tail's blank line, so both of its edges are safe cuts for reuse.
+            b.repeated("\n".join(lines) + TOOLS_TAIL[:2])
+            b.template(TOOLS_TAIL[2:])
+        else:
+            b.template(TOOLS_TAIL[1:])
     if conv.response_format == "json_object":
-        b.fixed(JSON_OBJECT_FORMAT)
+        b.template(JSON_OBJECT_FORMAT)
     elif conv.response_format == "json_schema":
-        b.fixed(SCHEMA_FORMAT)
-        b.text(dumps_v4(conv.response_schema))
+        b.template(SCHEMA_FORMAT)
+        b.repeated(dumps_v4(conv.response_schema))
 
 
 def _think(b: PromptBuilder, m: Message, conv: Conversation, tools_active: bool) -> None:

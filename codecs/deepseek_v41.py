@@ -72,8 +72,8 @@ def effort_preamble(conv: Conversation) -> str:
 
 def _updated_tools(b: PromptBuilder, m: Message) -> None:
     if m.tools:
-        b.fixed(UPDATED_TOOLS)
-        b.text("\n".join(tool_lines(m.tools, dumps_python)))
+        b.template(UPDATED_TOOLS)
+        b.repeated("\n".join(tool_lines(m.tools, dumps_python)))
 
 
 def _system_block(b: PromptBuilder, conv: Conversation, tools_active: bool) -> None:
@@ -85,18 +85,23 @@ def _system_block(b: PromptBuilder, conv: Conversation, tools_active: bool) -> N
     if first is None and not rest and not (preamble and messages):
         return
     b.special(SYSTEM)
-    b.fixed(preamble)
+    b.template(preamble)
     if first is not None:
         content_with_images(b, first.content, first.image_sources)
     if tools_active:
         emit_pieces(b, TOOLS_HEAD)
-        b.text("\n".join(tool_lines(conv.tools, dumps_python)))
-        b.fixed(TOOLS_TAIL)
+        lines = tool_lines(conv.tools, dumps_python)
+        if lines:
+            # The list with the tail's blank line, so both of its edges are safe cuts for reuse.
+            b.repeated("\n".join(lines) + TOOLS_TAIL[:2])
+            b.template(TOOLS_TAIL[2:])
+        else:
+            b.template(TOOLS_TAIL)
     if conv.response_format == "json_object":
-        b.fixed(JSON_OBJECT_FORMAT)
+        b.template(JSON_OBJECT_FORMAT)
     elif conv.response_format == "json_schema":
-        b.fixed(SCHEMA_FORMAT)
-        b.text(dumps_python(conv.response_schema))
+        b.template(SCHEMA_FORMAT)
+        b.repeated(dumps_python(conv.response_schema))
     if first is not None:
         _updated_tools(b, first)
 

@@ -12,11 +12,12 @@ class RenderedPrompt:
     """`prompt[start:end]` for each range in `special_ranges` is one special-token spelling.
 
     Ranges are ascending, disjoint, half-open code-point offsets; everything between them is plain text.
-    `fixed_spans` (not part of equality) marks plain spans that are fixed template text; an encoder may
-    reuse their ids where `recipe.encoding` proves the cut cannot change tokenization.
+    `reusable_spans` (not part of equality) marks plain spans whose text repeats across requests (template
+    text, tool lists, response schemas); `recipe.encoding` reuses their ids where it proves the cut cannot
+    change tokenization.
     """
 
     prompt: str
     special_ranges: tuple[tuple[int, int], ...] = ()
     image_sources: tuple[ImageSource, ...] = ()
-    fixed_spans: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
+    reusable_spans: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)

@@ -1,17 +1,18 @@
-"""Rendered prompt → token ids (spec §3.2), with template text encoded once and reused.
+"""Rendered prompt → token ids (spec §3.2), with repeating text (templates, tool lists) encoded once.
 
 Plain text between special ranges is encoded without the added vocabulary (so a user who types a
 special-token spelling gets plain ids); each special range contributes the one id of its spelling.
 
-Reuse of template ids. A codec marks fixed template text (`RenderedPrompt.fixed_spans`: tool
-instructions, effort preambles, response-format sections). Its ids are looked up in a per-tokenizer
-cache instead of being re-encoded, but only between *safe cuts*: a special-range boundary, or a
+Reuse of ids. A codec marks text that repeats across requests (`RenderedPrompt.reusable_spans`: tool
+instructions, effort preambles, response-format sections, and the tool lists and response schemas that
+clients resend with every turn). Its ids are looked up in a per-tokenizer cache (bounded; cleared whole
+when full) instead of being re-encoded, but only between *safe cuts*: a special-range boundary, or a
 position `p` with `prompt[p-1] == "\\n"` and `prompt[p]` not whitespace. For the DeepSeek pre-tokenizer
 (digit and CJK isolating splits, then the GPT-style pattern, then byte-level BPE per pre-token) no
 pre-token can span such a cut: a newline is never part of a letter, digit or CJK run, and the only
 pre-tokens that contain a newline (`\\s*[\\r\\n]+`, ` ?[\\p{P}\\p{S}]+[\\r\\n]*`, `\\s+(?!\\S)`) extend
 only over further whitespace. So the ids of the two sides concatenate to the one-pass ids. Where the
-edge of a fixed span is not a safe cut, the span shrinks to its first/last internal safe cut and the
+edge of a reusable span is not a safe cut, the span shrinks to its first/last internal safe cut and the
 rest is encoded with its neighbours. `tests/codecs/test_encoding_*` check the rule on random texts and
 the whole result against the reference encoder. Tokenizers whose pre-tokenizer is not that one get
 no reuse (`_reuse_is_proven`).
@@ -26,9 +27,28 @@ from typing import Any
 from recipe.codecs.rendered import RenderedPrompt
 from recipe.tokenizer import Tokenizer
 
-_MAX_CACHED = 4096
+_MAX_CACHED_CHARS = 1_000_000  # per tokenizer (~10 MB of ids); one text is cached only below 1/16 of it
+
+
+class _IdCache:
+    """Ids of reusable texts, bounded by total characters; cleared whole when full (hot texts refill at once)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, list[int]] = {}
+        self.chars = 0
+
+    def put(self, text: str, ids: list[int]) -> None:
+        if len(text) > _MAX_CACHED_CHARS // 16:
+            return
+        if self.chars + len(text) > _MAX_CACHED_CHARS:
+            self.ids.clear()
+            self.chars = 0
+        self.ids[text] = ids
+        self.chars += len(text)
+
+
 _cuts: dict[str, tuple[int, int] | None] = {}
-_fixed_ids: weakref.WeakKeyDictionary[Tokenizer, dict[str, list[int]]] = weakref.WeakKeyDictionary()
+_caches: weakref.WeakKeyDictionary[Tokenizer, _IdCache] = weakref.WeakKeyDictionary()
 _reuse_ok: weakref.WeakKeyDictionary[Tokenizer, bool] = weakref.WeakKeyDictionary()
 
 # The pre-tokenizer the safe-cut argument above is made for (DeepSeek V3/V4 tokenizer.json).
@@ -67,32 +87,38 @@ def _reuse_is_proven(tokenizer: Tokenizer) -> bool:
     return ok
 
 
-def _internal_cuts(fixed: str) -> tuple[int, int] | None:
-    """First and last safe cut strictly inside `fixed`, or `None` when it has none."""
+def _internal_cuts(span: str) -> tuple[int, int] | None:
+    """First and last safe cut strictly inside `span`, or `None` when it has none."""
     try:
-        return _cuts[fixed]
+        return _cuts[span]
     except KeyError:
         pass
     first = last = -1
-    at = fixed.find("\n")
+    at = span.find("\n")
     while at >= 0:
-        if is_safe_cut(fixed, at + 1):
+        if is_safe_cut(span, at + 1):
             if first < 0:
                 first = at + 1
             last = at + 1
-        at = fixed.find("\n", at + 1)
+        at = span.find("\n", at + 1)
     found = (first, last) if first > 0 else None
-    if len(_cuts) >= _MAX_CACHED:
+    if len(_cuts) >= 4096:
         _cuts.clear()
-    _cuts[fixed] = found
+    _cuts[span] = found
     return found
 
 
-def _fixed_ids_of(tokenizer: Tokenizer) -> dict[str, list[int]]:
-    cache = _fixed_ids.get(tokenizer)
+def _cache_of(tokenizer: Tokenizer) -> _IdCache:
+    cache = _caches.get(tokenizer)
     if cache is None:
-        cache = _fixed_ids[tokenizer] = {}
+        cache = _caches[tokenizer] = _IdCache()
     return cache
+
+
+def clear_reuse_cache() -> None:
+    """Forget every reused id (benchmarks use it to time cold requests)."""
+    _caches.clear()
+    _cuts.clear()
 
 
 def _encode_texts(texts: list[str], tokenizer: Tokenizer) -> list[list[int]]:
@@ -123,21 +149,22 @@ def encode_rendered(rendered: RenderedPrompt, tokenizer: Tokenizer) -> list[int]
     Raises `recipe.tokenizer.MissingSpecialTokenError` naming a special spelling the tokenizer lacks.
     """
     prompt = rendered.prompt
-    reuse = bool(rendered.fixed_spans) and _reuse_is_proven(tokenizer)
-    cache = _fixed_ids_of(tokenizer) if reuse else {}
-    fixed = rendered.fixed_spans if reuse else ()
-    fixed_i, n_fixed = 0, len(fixed)
+    reuse = bool(rendered.reusable_spans) and _reuse_is_proven(tokenizer)
+    cache = _cache_of(tokenizer) if reuse else _IdCache()
+    spans = rendered.reusable_spans if reuse else ()
+    span_i, n_spans = 0, len(spans)
 
-    # pieces: an int (special id), a list (cached ids) or a str (text still to encode).
+    # pieces: an int (special id), a list (cached ids) or a str (text to encode, in `pending` order).
     pieces: list[int | list[int] | str] = []
     pending: list[str] = []
+    to_cache: list[int] = []  # indexes into `pending` of reusable texts not cached yet
 
     def plain(a: int, b: int) -> None:
-        nonlocal fixed_i
+        nonlocal span_i
         cur = a
-        while fixed_i < n_fixed and fixed[fixed_i][0] < b:
-            fs, fe = fixed[fixed_i]
-            fixed_i += 1
+        while span_i < n_spans and spans[span_i][0] < b:
+            fs, fe = spans[span_i]
+            span_i += 1
             if fe <= cur:
                 continue
             fs = max(fs, cur)
@@ -154,17 +181,17 @@ def encode_rendered(rendered: RenderedPrompt, tokenizer: Tokenizer) -> list[int]
                     hi = fs + cuts[1]
                 if lo >= hi:
                     continue
-            key = prompt[lo:hi]
-            ids = cache.get(key)
-            if ids is None:
-                ids = tokenizer.encode_plain(key)
-                if len(cache) >= _MAX_CACHED:
-                    cache.clear()
-                cache[key] = ids
             if lo > cur:
                 pending.append(prompt[cur:lo])
                 pieces.append(pending[-1])
-            pieces.append(ids)
+            key = prompt[lo:hi]
+            ids = cache.ids.get(key)
+            if ids is None:
+                to_cache.append(len(pending))
+                pending.append(key)
+                pieces.append(key)
+            else:
+                pieces.append(ids)
             cur = hi
         if cur < b:
             pending.append(prompt[cur:b])
@@ -179,7 +206,10 @@ def encode_rendered(rendered: RenderedPrompt, tokenizer: Tokenizer) -> list[int]
     if pos < len(prompt):
         plain(pos, len(prompt))
 
-    encoded = iter(_encode_texts(pending, tokenizer))
+    encoded_texts = _encode_texts(pending, tokenizer)
+    for i in to_cache:
+        cache.put(pending[i], encoded_texts[i])
+    encoded = iter(encoded_texts)
     out: list[int] = []
     for piece in pieces:
         if type(piece) is int:

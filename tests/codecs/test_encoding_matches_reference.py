@@ -120,7 +120,7 @@ def test_safe_cut_rule_splits_without_changing_ids(tokenizer) -> None:
 def test_template_spans_are_reused_for_tool_requests(tokenizer) -> None:
     conv = Conversation((Message("system", "Be brief."), Message("user", "Paris?")), tools=(WEATHER,))
     rendered = deepseek_v4.render(conv)
-    fixed_chars = sum(e - s for s, e in rendered.fixed_spans)
+    fixed_chars = sum(e - s for s, e in rendered.reusable_spans)
     assert fixed_chars > 1000  # preamble + tools instruction
     assert encode_rendered(rendered, tokenizer) == encode_rendered_uncached(rendered, tokenizer)
 
@@ -187,7 +187,7 @@ class _SpyTokenizer:
         return self._tokenizer.special_id(spelling)
 
 
-def test_second_request_does_not_re_encode_the_tools_instruction(tokenizer) -> None:
+def test_second_request_does_not_re_encode_instructions_or_same_tools(tokenizer) -> None:
     spy = _SpyTokenizer(tokenizer)
     first = Conversation((Message("system", "Be brief."), Message("user", "Paris?")), tools=(WEATHER,))
     second = Conversation((Message("system", "Be kind."), Message("user", "Rome?")), tools=(WEATHER,))
@@ -199,7 +199,15 @@ def test_second_request_does_not_re_encode_the_tools_instruction(tokenizer) -> N
     encoded = "".join(spy.plain.texts)
     assert len(encoded) < plain_chars - 1000  # the ~1.3K-char template came from the cache
     assert "## Tools" not in encoded and "Reasoning Effort" not in encoded
+    assert "get_weather" not in encoded  # the same tool list as the first request
     assert ids == encode_rendered_uncached(rendered, tokenizer)
+    spy.plain.texts.clear()
+    other_tools = Conversation(
+        second.messages, tools=(ToolDefinition("search", "Search", {"type": "object"}),)
+    )
+    rendered = deepseek_v4.render(other_tools)
+    assert encode_rendered(rendered, spy) == encode_rendered_uncached(rendered, tokenizer)  # type: ignore[arg-type]
+    assert '"search"' in "".join(spy.plain.texts) and "## Tools" not in "".join(spy.plain.texts)
 
 
 def test_unproven_pre_tokenizer_gets_no_reuse(tokenizer) -> None:
@@ -214,3 +222,21 @@ def test_unproven_pre_tokenizer_gets_no_reuse(tokenizer) -> None:
         plain_chars = len(rendered.prompt) - sum(e - s for s, e in rendered.special_ranges)
         assert sum(map(len, spy.plain.texts)) == plain_chars
     assert ids == encode_rendered_uncached(rendered, tokenizer)
+
+
+def test_reuse_cache_stays_within_its_budget(tokenizer) -> None:
+    from recipe import encoding
+
+    encoding.clear_reuse_cache()
+    for k in range(300):
+        tool = ToolDefinition(f"tool_{k}", "x" * 5000, {"type": "object"})
+        conv = Conversation((Message("user", "Q"),), tools=(tool,), thinking_mode=False)
+        encode_rendered(deepseek_v4.render(conv), tokenizer)
+        cache = encoding._caches[tokenizer]
+        assert cache.chars == sum(map(len, cache.ids)) <= encoding._MAX_CACHED_CHARS
+    conv = Conversation(
+        (Message("user", "Q"),), tools=(ToolDefinition("big", "x" * 100_000),), thinking_mode=False
+    )
+    rendered = deepseek_v4.render(conv)
+    assert encode_rendered(rendered, tokenizer) == encode_rendered_uncached(rendered, tokenizer)
+    assert all(len(text) <= encoding._MAX_CACHED_CHARS // 16 for text in encoding._caches[tokenizer].ids)
