@@ -91,11 +91,6 @@ def _message(m: Any) -> dict[str, Any]:
     return out
 
 
-_STAGES = {
-    None: None,
-}
-
-
 def _stage(stage: Any) -> str | None:
     if stage is None:
         return None
