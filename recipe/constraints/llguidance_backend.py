@@ -17,6 +17,9 @@ from recipe.constraints.kinds import ConstraintError
 from recipe.constraints.vocabulary import Vocabulary
 
 _ANY_OBJECT = {"type": "object"}
+# Whitespace between JSON tokens: enough for pretty-printed output (newline + deep indentation), bounded so
+# a model cannot loop on whitespace forever (unbounded whitespace is a known runaway-generation mode).
+WHITESPACE = r"[ \t\n\r]{0,48}"
 
 
 def ll_tokenizer(vocab: Vocabulary) -> llg.LLTokenizer:
@@ -64,12 +67,14 @@ class _Handle:
 
 def grammar_text(kind: str, source: Any, *, lenient: bool) -> str:
     """The llguidance grammar (JSON-serialised) for a kind; raises `ConstraintError` on bad input."""
-    overrides = {"lenient": True} if lenient else None
+    overrides: dict[str, Any] = {"whitespace_pattern": WHITESPACE}
+    if lenient:
+        overrides["lenient"] = True
     try:
         if kind == "json_schema":
             return llg.LLMatcher.grammar_from_json_schema(json.dumps(source), overrides=overrides)  # type: ignore[arg-type]
         if kind == "json_object":
-            return llg.LLMatcher.grammar_from_json_schema(json.dumps(_ANY_OBJECT))
+            return llg.LLMatcher.grammar_from_json_schema(json.dumps(_ANY_OBJECT), overrides=overrides)  # type: ignore[arg-type]
         if kind == "regex":
             return llg.LLMatcher.grammar_from_regex(str(source))
         if kind in ("grammar", "tool_call"):
