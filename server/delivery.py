@@ -58,12 +58,11 @@ async def stream_response(
 
     async def frames() -> AsyncIterator[bytes]:
         try:
+            # One write per backend delta: the events it produced go out together.
             if first is not None:
-                for _, event in first:
-                    yield _frame(event)
+                yield b"".join(_frame(event) for _, event in first)
                 async for batch in batches:
-                    for _, event in batch:
-                        yield _frame(event)
+                    yield b"".join(_frame(event) for _, event in batch)
             for frame in _done_frames(gen):
                 yield frame
             if on_complete is not None:
