@@ -14,15 +14,11 @@ from recipe.engine.layers.attention_plan import AttentionPlan
 from torch import nn
 
 
-def _gather_decode(cache: torch.Tensor, tables: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[B, kv_heads, max_blocks * block_size, dim] for a batch of block tables."""
-    g = cache.index_select(0, tables.reshape(-1))  # far faster than advanced indexing on CPU
-    return g.view(tables.shape[0], -1, g.shape[-2], g.shape[-1]).to(dtype).transpose(1, 2)
-
-
-def _gather_one(cache: torch.Tensor, blocks: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
-    """[kv_heads, length, dim]: the first `length` tokens of one sequence's blocks."""
-    return cache.index_select(0, blocks).flatten(0, 1)[:length].to(dtype).transpose(0, 1)
+def _gather(cache: torch.Tensor, blocks: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
+    """[length, kv_heads, dim]: the first `length` tokens of one sequence's blocks (index_select: on the CPU
+    far faster than advanced indexing)."""
+    g = cache.index_select(0, blocks)
+    return g.view(-1, g.shape[-2], g.shape[-1])[:length].to(dtype)
 
 
 def paged_attend(
@@ -36,34 +32,28 @@ def paged_attend(
     """Causal attention of the step's queries q [N, H, Dk] over the paged cache -> [N, H, value_dim].
 
     With `v_cache` None the values are the first `value_dim` features of the keys (MLA's latent cache).
+    Decode rows use two matmuls per sequence with the query heads grouped per KV head: measured on the CPU,
+    3-10x faster than one padded, masked SDPA call over the batch, whose padding and large temporary
+    buffers cost more than the per-sequence loop.
     """
-    gqa = q.shape[1] != k_cache.shape[2]
+    n, heads, dk = q.shape
+    kv_heads = k_cache.shape[2]
+    group = heads // kv_heads
     dtype = q.dtype
-
-    def decode(qd: torch.Tensor) -> torch.Tensor:
-        d = plan.decode
-        assert d is not None
-        k = _gather_decode(k_cache, d.block_tables, dtype)
-        v = k[..., :value_dim] if v_cache is None else _gather_decode(v_cache, d.block_tables, dtype)
-        o = F.scaled_dot_product_attention(
-            qd[:, :, None, :], k, v, attn_mask=d.key_mask, scale=scale, enable_gqa=gqa
-        )
-        return o[:, :, 0, :]
-
-    d = plan.decode
-    if d is not None and d.all_rows and not plan.prefills:
-        return decode(q)
-    out = q.new_empty(q.shape[0], q.shape[1], value_dim)
-    if d is not None:
-        out.index_copy_(0, d.rows, decode(q.index_select(0, d.rows)))
+    out = q.new_empty(n, heads, value_dim)
+    for d in plan.decodes:
+        k = _gather(k_cache, d.blocks, d.context_len, dtype)  # [L, Hkv, Dk]
+        v = k[..., :value_dim] if v_cache is None else _gather(v_cache, d.blocks, d.context_len, dtype)
+        scores = torch.matmul(q[d.row].view(kv_heads, group, dk), k.permute(1, 2, 0)) * scale
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
+        out[d.row] = torch.matmul(probs, v.transpose(0, 1)).reshape(heads, value_dim)
     for p in plan.prefills:
-        k = _gather_one(k_cache, p.blocks, p.context_len, dtype)
-        v = k[..., :value_dim] if v_cache is None else _gather_one(v_cache, p.blocks, p.context_len, dtype)
-        o = F.scaled_dot_product_attention(
+        k = _gather(k_cache, p.blocks, p.context_len, dtype).transpose(0, 1)
+        v = k[..., :value_dim] if v_cache is None else _gather(v_cache, p.blocks, p.context_len, dtype).transpose(0, 1)
+        out[p.start : p.end] = F.scaled_dot_product_attention(
             q[p.start : p.end].transpose(0, 1), k, v, attn_mask=p.mask,
-            is_causal=p.mask is None, scale=scale, enable_gqa=gqa,
-        )
-        out[p.start : p.end] = o.transpose(0, 1)
+            is_causal=p.mask is None, scale=scale, enable_gqa=group > 1,
+        ).transpose(0, 1)
     return out
 
 

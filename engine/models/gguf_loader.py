@@ -91,7 +91,7 @@ def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[st
             values = np.asarray(dequantize(t.data, t.qtype), dtype=np.float32).reshape(t.shape)
         except NotImplementedError:
             raise CheckpointError(f"GGUF tensor {t.name!r} uses unsupported type {t.qtype.name}") from None
-        w = torch.from_numpy(values.copy())
+        w = torch.from_numpy(values if values.flags.writeable else values.copy())
         if ".self_attn.q_proj." in name:
             w = unpermute_rope_rows(w, config["num_attention_heads"])
         elif ".self_attn.k_proj." in name:

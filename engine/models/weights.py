@@ -20,9 +20,16 @@ def fetch(source: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
 
 
 def assign(param: torch.Tensor, value: torch.Tensor, name: str) -> None:
-    """Copy `value` into `param` (converting dtype); a shape mismatch names the tensor."""
+    """Put `value` into `param` (converting dtype); a shape mismatch names the tensor.
+
+    A whole parameter takes the tensor itself when the dtype already matches (no copy); a view into a
+    larger parameter (one expert of a stacked tensor) is copied into.
+    """
     if tuple(param.shape) != tuple(value.shape):
         raise CheckpointError(f"tensor {name!r} has shape {tuple(value.shape)}, expected {tuple(param.shape)}")
+    if isinstance(param, nn.Parameter) and param.dtype == value.dtype and value.is_contiguous():
+        param.data = value
+        return
     with torch.no_grad():
         param.copy_(value)
 

@@ -10,17 +10,23 @@ from recipe.engine.context import AttentionContext, reset_context, set_context
 
 
 class PagedDriver:
-    """Runs steps of several sequences; sequence i owns blocks [i * max_blocks, (i + 1) * max_blocks)."""
+    """Runs steps of several sequences; sequence i owns blocks [i * max_blocks, (i + 1) * max_blocks), or,
+    with `shuffle_seed`, a random scattering of the pool's blocks (as a long-running block manager leaves them)."""
 
     def __init__(self, model: torch.nn.Module, *, num_seqs: int, max_len: int, block_size: int = 4,
-                 cache_dtype: torch.dtype = torch.float32) -> None:
+                 cache_dtype: torch.dtype = torch.float32, shuffle_seed: int | None = None) -> None:
         self.model, self.block_size = model, block_size
         self.max_blocks = (max_len + block_size - 1) // block_size
-        model.allocate_kv_cache(num_seqs * self.max_blocks, block_size, cache_dtype, "cpu")  # type: ignore[operator]
+        total = num_seqs * self.max_blocks
+        model.allocate_kv_cache(total, block_size, cache_dtype, "cpu")  # type: ignore[operator]
+        order = list(range(total))
+        if shuffle_seed is not None:
+            order = torch.randperm(total, generator=torch.Generator().manual_seed(shuffle_seed)).tolist()
+        self.tables = [order[i * self.max_blocks : (i + 1) * self.max_blocks] for i in range(num_seqs)]
         self.lens = [0] * num_seqs
 
     def table(self, seq: int) -> list[int]:
-        return [seq * self.max_blocks + b for b in range(self.max_blocks)]
+        return self.tables[seq]
 
     def step(self, batch: Sequence[tuple[int, Sequence[int]]]) -> torch.Tensor:
         """Feed new tokens per (sequence, token ids); return the fp32 logits of every new token, flat."""
