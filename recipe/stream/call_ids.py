@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import secrets
+import random
 import string
 
 _ALPHABET = string.ascii_letters + string.digits
+_RANDOM = random.SystemRandom()
 
 
 def new_call_id(index: int) -> str:
     """A fresh id for call `index` (two-digit index, then 24 random letters and digits)."""
-    return f"call_{index:02d}_" + "".join(secrets.choice(_ALPHABET) for _ in range(24))
+    return f"call_{index:02d}_" + "".join(_RANDOM.choices(_ALPHABET, k=24))

@@ -88,7 +88,7 @@ class OutputTextParser:
         self._json = JsonOutputFilter() if options.parse_json_output else None
         self._strip_leading = False
         self._token_markers = False
-        self._triggers: dict[tuple[int, tuple[str, ...]], re.Pattern[str]] = {}
+        self._fast: dict[int, tuple[re.Pattern[str], bool]] = {}
         self._marks_cache: dict[tuple[int, bool, bool], list[str]] = {}
         self._tail = ""  # the last emitted characters (context for the newline rule before markers)
         if options.starts_in_tool_calls and self._tool_open is not None:
@@ -150,6 +150,7 @@ class OutputTextParser:
         if self._token_markers or self.output_format == "chatml":
             return
         self._token_markers = True
+        self._fast.clear()
         self._think_end = THINK_END_SENTINEL
         if self._tool_open is not None:
             self._tool_open = "<" + DSML_SENTINEL
@@ -216,26 +217,33 @@ class OutputTextParser:
             text = stripped
         if not self._pending and self.fast_path:
             # fast path: nothing held and no character that could start a marker
-            marks = self._markers()
-            key = (self._mode, tuple(marks))
-            trigger = self._triggers.get(key)
-            if trigger is None:
-                trigger = re.compile("[" + re.escape("".join({m[0] for m in marks})) + "]") if marks else _NEVER
-                self._triggers[key] = trigger
-            if trigger.search(text) is None and not (text[-1] == "\n" and self._holds_newlines(marks)):
+            json = self._json
+            key = self._mode if json is None or not json.passing else self._mode + 8
+            spec = self._fast.get(key)
+            if spec is None:
+                spec = self._fast[key] = self._fast_spec()
+            trigger, holds_newlines = spec
+            if trigger.search(text) is None and not (holds_newlines and text[-1] == "\n"):
                 self._tail = text if len(text) >= 32 else (self._tail + text)[-32:]
                 if self._token_markers:
                     text = unmask(text)
                 if self._mode == _REASONING:
                     self.reasoning_text.append(text)
                     out.append(ReasoningPiece(text, lp))
-                elif self._json is None:
+                elif json is None:
                     out.append(ContentPiece(text, lp))
                 else:
-                    out.extend(self._json.filter_piece(text, lp))
+                    out.extend(json.filter_piece(text, lp))
                 return
         self._pending.append((text, lp))
         self._scan(out)
+
+    def _fast_spec(self) -> tuple[re.Pattern[str], bool]:
+        """For the current state: a pattern of the characters that may start a marker, and whether
+        trailing newlines are held."""
+        marks = self._markers()
+        trigger = re.compile("[" + re.escape("".join({m[0] for m in marks})) + "]") if marks else _NEVER
+        return trigger, self._holds_newlines(marks)
 
     def _holds_newlines(self, marks: list[str]) -> bool:
         """Trailing newlines wait: they are dropped if `</think>` or a tool block follows."""
