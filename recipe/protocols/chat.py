@@ -349,10 +349,7 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
     version = resolve_model(model, options)
     thinking_flag = sampling.read_thinking(obj.get("thinking"), "ChatCompletionThinking")
     effort = obj.get("reasoning_effort")
-    if thinking_flag is None:
-        thinking = False if effort == "none" else options.default_thinking_mode
-    else:
-        thinking = thinking_flag
+    thinking = sampling.resolve_thinking(thinking_flag, effort, options.default_thinking_mode)
     messages = _convert_messages(obj["messages"], version)
     prefix = messages[-1].role == "assistant" and messages[-1].prefix
     tools_raw = obj.get("tools")

@@ -23,12 +23,34 @@ def url_scheme(url: str) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def valid_base64(data: str) -> bool:
+_B64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+_ASCII_SPACE = str.maketrans("", "", " \t\n\r\x0c")
+
+
+def data_url_base64_ok(data: str) -> bool:
+    """The reference's check of a data URL's base64 (Chat, Responses): ASCII whitespace ignored,
+    padding optional but at most 2 and only to a multiple of 4, non-zero trailing bits accepted."""
+    data = data.translate(_ASCII_SPACE)
+    core = data.rstrip("=")
+    pads = len(data) - len(core)
+    if not set(core) <= _B64_ALPHABET or len(core) % 4 == 1:
+        return False
+    return pads == 0 or (pads <= 2 and (len(core) + pads) % 4 == 0)
+
+
+def source_base64_ok(data: str) -> bool:
+    """The reference's check of Messages `base64` image data: canonical base64, padding required,
+    extra trailing `=` tolerated."""
+    core = data.rstrip("=")
+    need = -len(core) % 4
+    if need == 3 or len(data) - len(core) < need or not set(core) <= _B64_ALPHABET:
+        return False
+    padded = core + "=" * need
     try:
-        base64.b64decode(data, validate=True)
+        decoded = base64.b64decode(padded, validate=True)
     except (binascii.Error, ValueError):
         return False
-    return True
+    return base64.b64encode(decoded).decode("ascii") == padded
 
 
 def image_source_from_url(url: str, detail: ImageDetail, path: str) -> ImageSource:
@@ -46,7 +68,7 @@ def image_source_from_url(url: str, detail: ImageDetail, path: str) -> ImageSour
             raise conversion_error(
                 f"{path}: You have uploaded an unsupported image. Please make sure your image is valid and has one of the following formats: webp, png, jpeg, and gif."
             )
-        if not valid_base64(m.group(3)):
+        if not data_url_base64_ok(m.group(3)):
             raise conversion_error(f"{path}: Invalid base64 data")
         return ImageSource(kind="data_url", detail=detail, data_url=url, path=path)
     if scheme in ("http", "https"):

@@ -7,8 +7,6 @@ rejected. A trailing assistant message is a closed turn, not a prefill.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Any
 
 from recipe.conversation import Conversation, ImageSource, InferenceOptions, Message, ModelVersion, ToolCall
@@ -16,7 +14,7 @@ from recipe.errors import conversion_error
 from recipe.protocols import body_fields as bf
 from recipe.protocols import sampling
 from recipe.protocols.assemble import build_request, resolve_model, settle_reasoning
-from recipe.protocols.images import IMAGE_PLACEHOLDER, UNSUPPORTED_IMAGE, url_scheme
+from recipe.protocols.images import IMAGE_PLACEHOLDER, UNSUPPORTED_IMAGE, source_base64_ok, url_scheme
 from recipe.protocols.json_syntax import load_json
 from recipe.protocols.options import ConversionOptions
 from recipe.protocols.prompt_json import dumps as prompt_json
@@ -250,10 +248,8 @@ def parse(body: bytes | str | dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_base64(data: str, path: str) -> None:
-    try:
-        base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raise conversion_error(f"{path}: base64 decode error") from None
+    if not source_base64_ok(data):
+        raise conversion_error(f"{path}: base64 decode error")
 
 
 def _image(
@@ -473,10 +469,7 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
         )
     thinking_flag = sampling.read_thinking(obj.get("thinking"), "MessagesThinking")
     effort = (obj.get("output_config") or {}).get("effort")
-    if thinking_flag is None:
-        thinking = False if effort == "none" else options.default_thinking_mode
-    else:
-        thinking = thinking_flag
+    thinking = sampling.resolve_thinking(thinking_flag, effort, options.default_thinking_mode)
     messages = _convert_messages(obj, version)
     choice_raw = obj.get("tool_choice")
     choice, named = "auto", None

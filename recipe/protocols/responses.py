@@ -520,7 +520,7 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
     version = resolve_model(model, options)
     specs = _tool_specs(obj, options, version)
     effort = (obj.get("reasoning") or {}).get("effort")
-    thinking = False if effort == "none" else options.default_thinking_mode
+    thinking = sampling.resolve_thinking(None, effort, options.default_thinking_mode)
     messages = _convert_input(obj, version)
     choice_raw = obj.get("tool_choice")
     choice, named = "auto", None

@@ -53,6 +53,16 @@ def read_thinking(value: object, struct_name: str) -> bool | None:
     return kind != "disabled"
 
 
+def resolve_thinking(flag: bool | None, effort: str | None, default: bool) -> bool:
+    """Thinking on/off: an explicit `thinking` wins; else a given effort decides (`none`: off, any
+    other: on); else the server's default."""
+    if flag is not None:
+        return flag
+    if effort is not None:
+        return effort != "none"
+    return default
+
+
 def resolve_effort(thinking: bool, effort: str | None) -> ReasoningEffort | None:
     return _EFFORT_MAP[effort] if thinking else None
 
