@@ -97,15 +97,18 @@ def _stage(stage: Any) -> str | None:
     return str(stage).split(".")[-1]
 
 
-def run_reference(api: str, body: str, encodings: dict[str, Any]) -> dict[str, Any]:
-    """Convert, render and (V4) encode one body with the reference; the recorded outcome."""
+def run_reference(api: str, body: str, encodings: dict[str, Any] | None, options: Any = None) -> dict[str, Any]:
+    """Convert, render and (V4) encode one body with the reference; the recorded outcome.
+
+    `options`: a `deepseek_recipe.ConversionOptions` (default: the defaults); `encodings` None: conversion only.
+    """
     cls = _REQUEST_CLASSES[api]
     try:
         req = cls(body)
     except ValueError as exc:
         return {"error": {"status": 400, "message": str(exc), "kind": "parse"}}
     try:
-        cr = req.convert(dr.ConversionOptions())
+        cr = req.convert(options if options is not None else dr.ConversionOptions())
     except dr.ConversionError as exc:
         return {"error": {"status": exc.status_code, "message": str(exc), "kind": "conversion"}}
     conv = cr.conversation
@@ -143,6 +146,8 @@ def run_reference(api: str, body: str, encodings: dict[str, Any]) -> dict[str, A
             "stop_sequences": list(par.stop_sequences),
         },
     }
+    if encodings is None:
+        return rec
     enc = encodings[version]
     rendered = enc.render_conversation(conv)
     rec["prompt"] = rendered.prompt

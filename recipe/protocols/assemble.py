@@ -35,15 +35,30 @@ def mentions_json(messages: list[Message]) -> bool:
     return any(_JSON_WORD.search(m.content) for m in messages)
 
 
-def settle_reasoning(messages: list[Message], thinking: bool, options: ConversionOptions) -> list[Message]:
-    """Thinking on: fill missing assistant reasoning with ""; off: drop all reasoning."""
+REASONING_MISSING = "The `reasoning_content` in the thinking mode must be passed back to the API."
+
+
+def settle_reasoning(
+    messages: list[Message],
+    thinking: bool,
+    options: ConversionOptions,
+    *,
+    tools_declared: bool = False,
+    missing_message: str = REASONING_MISSING,
+) -> list[Message]:
+    """Thinking on: fill missing assistant reasoning with ""; off: drop all reasoning.
+
+    With `reasoning_content_behavior="reject"`, an assistant turn after the last user message (the
+    current tool loop) without reasoning is rejected when it made tool calls or the request declares
+    tools (even with tool_choice `none`), as the reference does.
+    """
     if not thinking:
         return [replace(m, reasoning_content=None) if m.reasoning_content is not None else m for m in messages]
     if options.reasoning_content_behavior == "reject":
         last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
         for i, m in enumerate(messages):
-            if i > last_user and m.role == "assistant" and m.tool_calls and m.reasoning_content is None:
-                raise conversion_error("The `reasoning_content` in the thinking mode must be passed back to the API.")
+            if i > last_user and m.role == "assistant" and m.reasoning_content is None and (tools_declared or m.tool_calls):
+                raise conversion_error(missing_message)
     return [
         replace(m, reasoning_content="") if m.role == "assistant" and m.reasoning_content is None else m for m in messages
     ]

@@ -351,6 +351,7 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
     effort = obj.get("reasoning_effort")
     thinking = sampling.resolve_thinking(thinking_flag, effort, options.default_thinking_mode)
     messages = _convert_messages(obj["messages"], version)
+    messages = settle_reasoning(messages, thinking, options, tools_declared=bool(obj.get("tools")))
     prefix = messages[-1].role == "assistant" and messages[-1].prefix
     tools_raw = obj.get("tools")
     fmt: dict[str, Any] | None = obj.get("response_format")
@@ -428,7 +429,6 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
     if seed is not None and seed >= 2**63:
         raise conversion_error("Invalid seed value, the valid range of seed is [0, 2^63)")
 
-    messages = settle_reasoning(messages, thinking, options)
     conversation = Conversation(
         messages=tuple(messages),
         thinking_mode=thinking,

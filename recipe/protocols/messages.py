@@ -303,6 +303,11 @@ def _tool_result_content(block: dict[str, Any], version: ModelVersion, path: str
 _SERVER_BLOCK = "Unsupported content block: server tools are not supported"
 
 
+def _server_block(drop: bool) -> None:
+    if not drop:
+        raise conversion_error(_SERVER_BLOCK)
+
+
 def _system_text(value: Any) -> str | None:
     if value is None:
         return None
@@ -311,7 +316,9 @@ def _system_text(value: Any) -> str | None:
     return "\n\n".join(b["text"] for b in value)
 
 
-def _convert_messages(obj: dict[str, Any], version: ModelVersion) -> list[Message]:
+def _convert_messages(obj: dict[str, Any], version: ModelVersion, *, drop_server_blocks: bool = False) -> list[Message]:
+    """Messages → conversation messages; `drop_server_blocks`: web-search "drop" mode skips
+    server_tool_use / web_search_tool_result blocks instead of rejecting them."""
     raw = obj["messages"]
     if not raw:
         raise conversion_error("messages: at least one message is required")
@@ -365,7 +372,7 @@ def _convert_messages(obj: dict[str, Any], version: ModelVersion) -> list[Messag
                 elif kind == "tool_use":
                     raise conversion_error(f"messages.{i}: `tool_use` blocks can only be in `assistant` messages")
                 elif kind in ("server_tool_use", "web_search_tool_result"):
-                    raise conversion_error(_SERVER_BLOCK)
+                    _server_block(drop_server_blocks)
             if leading and pending:
                 missing_ids = [p for p in pending if p not in answered]
                 if missing_ids:
@@ -389,7 +396,7 @@ def _convert_messages(obj: dict[str, Any], version: ModelVersion) -> list[Messag
                 elif kind == "document":
                     texts.append(_document(b))
                 elif kind in ("server_tool_use", "web_search_tool_result"):
-                    raise conversion_error(_SERVER_BLOCK)
+                    _server_block(drop_server_blocks)
             text = "\n\n".join(texts)
             if not text and version is ModelVersion.V4:
                 continue  # the reference drops an empty system reminder
@@ -414,7 +421,7 @@ def _convert_messages(obj: dict[str, Any], version: ModelVersion) -> list[Messag
                 inp = b["input"]
                 calls.append(ToolCall(id=b["id"], name=b["name"], arguments=prompt_json(inp)))
             elif kind in ("server_tool_use", "web_search_tool_result"):
-                raise conversion_error(_SERVER_BLOCK)
+                _server_block(drop_server_blocks)
             elif kind == "image":
                 texts.append(UNSUPPORTED_IMAGE)
             elif kind == "document":
@@ -451,10 +458,12 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
     model: str = obj["model"]
     version = resolve_model(model, options)
     specs: list[ToolSpec] = []
+    dropped: set[Any] = set()
     for i, t in enumerate(obj.get("tools") or ()):
         kind = t.get("type")
         if kind is not None:
             if kind in WEB_SEARCH_TYPES and options.messages_web_search == "drop":
+                dropped.add(t.get("name"))
                 continue
             raise conversion_error(f"tools[{i}]: server tools are not supported")
         check_name(t["name"], f"tools[{i}].name")
@@ -470,7 +479,14 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
     thinking_flag = sampling.read_thinking(obj.get("thinking"), "MessagesThinking")
     effort = (obj.get("output_config") or {}).get("effort")
     thinking = sampling.resolve_thinking(thinking_flag, effort, options.default_thinking_mode)
-    messages = _convert_messages(obj, version)
+    messages = _convert_messages(obj, version, drop_server_blocks=options.messages_web_search == "drop")
+    messages = settle_reasoning(
+        messages,
+        thinking,
+        options,
+        tools_declared=bool(obj.get("tools")),
+        missing_message="The `content[].thinking` in the thinking mode must be passed back to the API.",
+    )
     choice_raw = obj.get("tool_choice")
     choice, named = "auto", None
     if choice_raw is not None:
@@ -479,6 +495,8 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
             choice = "none"
         elif kind == "tool":
             choice, named = "named", choice_raw["name"]
+            if named in dropped and named not in {s.name for s in specs}:
+                choice, named = "auto", None  # a choice of a dropped web-search tool is dropped too
     selection = finish_tools(specs, choice, named, thinking, names_checked=True)
     stop = sampling.check_stop(obj.get("stop_sequences"))
     temperature = bf.opt_float32(obj.get("temperature"))
@@ -486,7 +504,6 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
     sampling.check_temperature(temperature)
     sampling.check_top_p(top_p)
     max_tokens = sampling.check_max_tokens(obj.get("max_tokens"), options.max_tokens_upper_bound(thinking), clamp=True)
-    messages = settle_reasoning(messages, thinking, options)
     conversation = Conversation(
         messages=tuple(messages),
         thinking_mode=thinking,

@@ -510,7 +510,7 @@ def _tool_specs(obj: dict[str, Any], options: ConversionOptions, version: ModelV
                 )
             )
         elif kind in WEB_SEARCH_TOOL_TYPES and options.responses_web_search == "reject":
-            raise conversion_error(f"tools[{i}]: server tools are not supported")
+            raise conversion_error("Server tools are not supported")
     return specs
 
 
@@ -522,12 +522,15 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
     effort = (obj.get("reasoning") or {}).get("effort")
     thinking = sampling.resolve_thinking(None, effort, options.default_thinking_mode)
     messages = _convert_input(obj, version)
+    messages = settle_reasoning(messages, thinking, options, tools_declared=bool(obj.get("tools")))
     choice_raw = obj.get("tool_choice")
     choice, named = "auto", None
     if isinstance(choice_raw, str):
         choice = choice_raw
     elif isinstance(choice_raw, dict) and choice_raw.get("type") in ("function", "custom"):
         choice, named = "named", choice_raw["name"]
+    elif isinstance(choice_raw, dict) and options.responses_web_search == "reject":
+        raise conversion_error("Server tools are not supported")  # a web_search choice
     selection = finish_tools(specs, choice, named, thinking, names_checked=True)
     fmt: dict[str, Any] | None = (obj.get("text") or {}).get("format")
     fmt_type: ResponseFormat = fmt["type"] if fmt is not None else "text"
@@ -552,7 +555,6 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
     top_logprobs = obj.get("top_logprobs")
     sampling.check_top_logprobs(top_logprobs)
     max_tokens = sampling.check_max_tokens(obj.get("max_output_tokens"), options.max_tokens_upper_bound(thinking))
-    messages = settle_reasoning(messages, thinking, options)
     conversation = Conversation(
         messages=tuple(messages),
         thinking_mode=thinking,
