@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
+from recipe.server.chat_spec import complete_chunk
 from recipe.server.errors import ApiError
 from recipe.server.pipeline import Generation, GenerationTimeout, Pipeline
 from recipe.server.sse import SSEResponse, until_disconnect
@@ -32,6 +33,14 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 
 
 def _frame(event: Any) -> bytes:
+    return bytes(event.sse())
+
+
+def _chat_frame(event: Any) -> bytes:
+    if event.name is None and not event.done:
+        data = complete_chunk(event.data)
+        if data is not event.data:
+            return b"data: " + orjson.dumps(data) + b"\n\n"
     return bytes(event.sse())
 
 
@@ -56,27 +65,26 @@ async def stream_response(
         gen.release()
         raise
 
+    frame = _chat_frame if gen.api == "chat" else _frame
+
     async def frames() -> AsyncIterator[bytes]:
         try:
             # One write per backend delta: the events it produced go out together.
             if first is not None:
-                yield b"".join(_frame(event) for _, event in first)
+                yield b"".join(frame(event) for _, event in first)
                 async for batch in batches:
-                    yield b"".join(_frame(event) for _, event in batch)
-            for frame in _done_frames(gen):
-                yield frame
+                    yield b"".join(frame(event) for _, event in batch)
+            for done in _done_frames(gen):
+                yield done
             if on_complete is not None:
                 await on_complete(gen)
         except GenerationTimeout:
-            for event in gen.processors[0].error_events(TIMEOUT_MESSAGE):
-                yield _frame(event)
+            yield b"".join(_frame(event) for event in gen.processors[0].error_events(TIMEOUT_MESSAGE))
         except ApiError as exc:
-            for event in gen.processors[0].error_events(exc.message):
-                yield _frame(event)
+            yield b"".join(_frame(event) for event in gen.processors[0].error_events(exc.message))
         except Exception:
             log.exception("request %s failed mid-stream", request_id)
-            for event in gen.processors[0].error_events(FAILED_MESSAGE):
-                yield _frame(event)
+            yield b"".join(_frame(event) for event in gen.processors[0].error_events(FAILED_MESSAGE))
         finally:
             await batches.aclose()
             gen.release()

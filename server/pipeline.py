@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 import time
 import uuid
@@ -93,6 +94,9 @@ class Pipeline:
         self.request_timeout_s = request_timeout_s
         self.retry_after_s = retry_after_s
         self._constraints: OrderedDict[Any, Any] = OrderedDict()
+        card = backend.model
+        digest = hashlib.sha256(f"{card.name}|{card.architecture}|{card.chat_format}".encode()).hexdigest()
+        self.fingerprint = f"fp_{digest[:10]}"  # Chat `system_fingerprint`: which model setup answered
         self.options = self._conversion_options() if not parts.missing.get("codec") else None
 
     # -- preparation -------------------------------------------------------------------------------------
@@ -268,7 +272,7 @@ class Pipeline:
                 if not readied[i]:
                     readied[i] = True
                     prompt_tokens = delta.prompt_tokens
-                    out += proc.feed(updates.Ready(delta.prompt_tokens, delta.cached_tokens))
+                    out += proc.feed(updates.Ready(delta.prompt_tokens, delta.cached_tokens, self.fingerprint))
                 timer.tokens_arrived(len(delta.token_ids), delta.queue_time_s)
                 out += self._feed_tokens(proc, delta, eos)
                 if getattr(proc, "finished", False):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from recipe.server.chat_spec import complete_body
 from recipe.server.delivery import collect, json_response, stream_response
 from recipe.server.limits import read_body
 from recipe.server.state import state_of
@@ -22,5 +23,5 @@ async def chat_completions(request: Request) -> Response:
         return await stream_response(request, state.pipeline, gen)
     await collect(request, state.pipeline, gen)
     if len(gen.processors) == 1:
-        return json_response(gen.processors[0].response())
-    return json_response(state.pipeline.parts.stream.merge_choices(gen.processors))
+        return json_response(complete_body(gen.processors[0].response()))
+    return json_response(complete_body(state.pipeline.parts.stream.merge_choices(gen.processors)))

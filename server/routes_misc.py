@@ -24,6 +24,11 @@ def _iso(ts: float) -> str:
     return datetime.datetime.fromtimestamp(int(ts), tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _anthropic_model(name: str, created: float, context_length: int) -> dict[str, Any]:
+    return {"type": "model", "id": name, "display_name": name, "created_at": _iso(created), "lifecycle": "active",
+            "max_input_tokens": context_length, "max_tokens": context_length}
+
+
 @router.get("/v1/models")
 async def list_models(request: Request) -> Response:
     """OpenAI list shape; the Anthropic shape when the client sends `anthropic-version`."""
@@ -31,7 +36,7 @@ async def list_models(request: Request) -> Response:
     created = int(state.backend.model.created or state.started_at)
     names = state.served_names
     if "anthropic-version" in request.headers:
-        data = [{"type": "model", "id": n, "display_name": n, "created_at": _iso(created)} for n in names]
+        data = [_anthropic_model(n, created, state.backend.model.context_length) for n in names]
         return json_response({"data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]})
     data = [{"id": n, "object": "model", "created": created, "owned_by": "recipe"} for n in names]
     return json_response({"object": "list", "data": data})
@@ -44,7 +49,7 @@ async def retrieve_model(request: Request, model_id: str) -> Response:
         raise ApiError(404, f"The model '{model_id}' does not exist.", param="model", code="model_not_found")
     created = int(state.backend.model.created or state.started_at)
     if "anthropic-version" in request.headers:
-        return json_response({"type": "model", "id": model_id, "display_name": model_id, "created_at": _iso(created)})
+        return json_response(_anthropic_model(model_id, created, state.backend.model.context_length))
     return json_response({"id": model_id, "object": "model", "created": created, "owned_by": "recipe"})
 
 
