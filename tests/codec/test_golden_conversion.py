@@ -29,3 +29,21 @@ def test_golden_conversion_identical(golden: list[dict[str, Any]], outcomes: Any
         if diff:
             failures.append(f"{rec['case_id']} ({rec.get('mutation')}): {diff}")
     assert not failures, f"{len(failures)}/{len(cases)} differ:\n" + "\n".join(failures[:10])
+
+
+def test_decoded_dict_bodies_convert_like_their_json_text(golden: list[dict[str, Any]], outcomes: Any) -> None:
+    """`convert` accepts an already decoded body (a dict) with the same result as its JSON text."""
+    import orjson
+
+    checked = 0
+    for rec in golden:
+        try:
+            decoded = orjson.loads(rec["request"])
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(decoded, dict):
+            continue
+        checked += 1
+        as_dict = outcomes.actual({**rec, "request": decoded})
+        assert as_dict == outcomes.actual(rec), rec["case_id"]
+    assert checked > 2000
