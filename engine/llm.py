@@ -59,8 +59,13 @@ class LLM:
         logprobs: dict[tuple[str, int], list[TokenLogprob | None]] = {}
         finals: dict[tuple[str, int], RequestOutput] = {}
         times: dict[tuple[str, int], list[float]] = {}
-        for rid, prompt, params in zip(request_ids, prompt_list, params_list, strict=True):
-            ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        encoded = []  # all checked before any is queued: a bad prompt leaves the engine untouched
+        for i, (prompt, params) in enumerate(zip(prompt_list, params_list, strict=True)):
+            try:
+                encoded.append(self.engine.validate(self.encode(prompt) if isinstance(prompt, str) else prompt, params))
+            except (ValueError, TypeError) as exc:
+                raise type(exc)(f"prompt {i}: {exc}") from None
+        for rid, ids, params in zip(request_ids, encoded, params_list, strict=True):
             self.engine.add_request(rid, ids, params)
             for i in range(params.n):
                 keys.append((rid, i))

@@ -197,3 +197,12 @@ def test_max_model_len_finishes_with_length() -> None:
     out = make_llm(model, max_model_len=26).generate(prompt, SamplingParams(temperature=0.0, max_tokens=50,
                                                                             ignore_eos=True))[0]
     assert len(out.new_token_ids) == 6 and out.finish_reason == "length"
+
+
+def test_a_bad_prompt_in_a_batch_queues_nothing() -> None:
+    model = TinyPagedLM(seed=13)
+    llm = make_llm(model)
+    with pytest.raises(ValueError, match=r"prompt 1: prompt token ids must be ints in \[0, 97\)"):
+        llm.generate([[1, 2, 3], [1, 500]], GREEDY)
+    assert not llm.engine.has_unfinished_requests()
+    assert list(llm.generate([1, 2, 3], GREEDY)[0].new_token_ids) == greedy_by_recompute(model, [1, 2, 3], 24)
