@@ -1158,6 +1158,73 @@ for _i, _url in enumerate(["", "ftp://x", "x", "https://x/a.png"]):
         "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": _url}}]}],
     }
 
+def hand_cases() -> list[tuple[str, dict[str, Any]]]:
+    """Hand-written structural cases (both versions, thinking on and off) the generator rarely makes."""
+    img = {"type": "image_url", "image_url": {"url": "https://x/a.png"}}
+
+    def txt(t: str) -> dict[str, Any]:
+        return {"type": "text", "text": t}
+
+    user = {"role": "user", "content": "q"}
+    call = {
+        "role": "assistant",
+        "content": [txt("a"), txt("b")],
+        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}],
+    }
+    out: list[tuple[str, dict[str, Any]]] = []
+    for model in (V4, V41):
+        for thinking in ("enabled", "disabled"):
+            base = {"model": model, "thinking": {"type": thinking}}
+            out += [
+                ("chat", {**base, "messages": [{"role": "system", "content": [txt("s1"), txt("s2")]}, user]}),
+                ("chat", {**base, "messages": [{"role": "system", "content": [txt("s1"), img]}, user]}),
+                ("chat", {**base, "messages": [user, {"role": "assistant", "content": [txt("a"), txt("b")]}, user]}),
+                (
+                    "chat",
+                    {
+                        **base,
+                        "messages": [user, call, {"role": "tool", "tool_call_id": "c", "content": [txt("r"), img]}],
+                        "tools": [{"type": "function", "function": {"name": "f"}}],
+                    },
+                ),
+                ("chat", {**base, "messages": [user, {"role": "assistant", "content": "", "reasoning_content": "r", "prefix": True}]}),
+                ("chat", {**base, "messages": [user, {"role": "assistant", "content": "x", "reasoning_content": "", "prefix": True}]}),
+                ("chat", {**base, "messages": [{"role": "latest_reminder", "content": "L"}, user, {"role": "latest_reminder", "content": "L2"}]}),
+                ("chat", {**base, "messages": [user, {"role": "system", "content": "mid"}, user]}),
+                ("chat", {**base, "messages": [{"role": "assistant", "content": "only"}]}),
+                ("chat", {**base, "messages": [{"role": "system", "content": "only"}]}),
+                ("chat", {**base, "messages": [{"role": "system", "content": ""}, user]}),
+                (
+                    "responses",
+                    {
+                        "model": model,
+                        "reasoning": {"effort": "none" if thinking == "disabled" else "high"},
+                        "input": [
+                            {"role": "developer", "content": [{"type": "input_text", "text": "d"}, {"type": "input_image", "image_url": "https://x/a.png"}]},
+                            {"role": "user", "content": "u"},
+                        ],
+                    },
+                ),
+                (
+                    "responses",
+                    {
+                        "model": model,
+                        "input": [
+                            {"role": "user", "content": "u"},
+                            {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "r1"}]},
+                            {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "r2"}, {"type": "reasoning_text", "text": "r3"}]},
+                            {"role": "assistant", "content": "a"},
+                        ],
+                    },
+                ),
+                ("responses", {"model": model, "input": [{"type": "reasoning", "content": [{"type": "reasoning_text", "text": "r"}]}]}),
+                ("messages", {**base, "max_tokens": 5, "messages": [{"role": "assistant", "content": "pre"}]}),
+                ("messages", {**base, "max_tokens": 5, "messages": [{"role": "system", "content": [txt("s"), {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]}, user]}),
+                ("messages", {**base, "max_tokens": 5, "messages": [user, {"role": "system", "content": ""}, user]}),
+            ]
+    return out
+
+
 GENERATORS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
     "chat": chat_body,
     "messages": messages_body,
@@ -1227,7 +1294,9 @@ def generate_cases(
 ) -> list[dict[str, Any]]:
     """Random bodies per API (one RNG per API), every mutation once on the minimal body, and
     `fuzz_per_api` generated bodies with one random structural mutation each (outcome as it falls)."""
-    cases: list[dict[str, Any]] = []
+    cases: list[dict[str, Any]] = [
+        {"api": api, "intended_valid": True, "mutation": "hand", "body": body} for api, body in hand_cases()
+    ]
     for api in ("chat", "messages", "responses"):
         rng = random.Random(f"{seed}-{api}")
         muts = MUTATIONS[api]

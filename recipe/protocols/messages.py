@@ -389,7 +389,7 @@ def _convert_messages(obj: dict[str, Any], version: ModelVersion, *, drop_server
                 if kind == "text":
                     texts.append(b["text"])
                 elif kind == "image":
-                    text, src = _image(b, version, f"messages.{i}.content[{j}]")
+                    text, src = _image(b, version, f"messages.{i}.content[{j}]", source_path=f"messages.{i}")
                     texts.append(text)
                     if src is not None:
                         images.append(src)

@@ -453,7 +453,9 @@ def _convert_input(obj: dict[str, Any], version: ModelVersion) -> list[Message]:
             texts = [c.get("text", "") for c in parts] if isinstance(parts, list) else []
             if turn is not None:
                 close_turn()
-            pending_reasoning = "\n".join(texts) if texts else pending_reasoning
+            if texts:  # consecutive reasoning items accumulate, one line each
+                joined = "\n".join(texts)
+                pending_reasoning = joined if pending_reasoning is None else f"{pending_reasoning}\n{joined}"
     if pending_reasoning is not None:
         open_turn()
     close_turn()
