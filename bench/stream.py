@@ -1,8 +1,9 @@
 """Stream processing cost: µs per output token and events per second, ours vs the official reference.
 
-Both processors get the same backend updates (setup excluded; each event rendered to SSE bytes) (one token id per update, as an engine streams them, and
-text updates of a few characters) for the same generated model outputs (thinking + text + DSML tool
-calls, stop sequences, JSON mode) in all three APIs; each figure is the median of several repetitions
+Both processors get the same backend updates (setup excluded; each event rendered to SSE bytes): one
+token id per update, as an engine streams them, or text updates of a few characters. Workloads: "mixed"
+is the golden generator's marker-dense outputs (thinking, DSML tool calls, stop sequences, JSON mode,
+special tokens); "prose" is plain reasoning + answer text, the common serving case. All three APIs; each figure is the median of several repetitions
 measured in this run, printed with its ratio to the reference (< 1 means cheaper than the reference).
 
 Run: `.venv/bin/python bench/stream.py [--cases 60] [--repeats 5]`
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+PROSE = ["the", "weather", "in", "Paris", "is", "sunny", "today,", "with", "a", "light", "breeze.", "Temperatures",
+         "reach", "21", "degrees", "and", "数据", "résumé", "so", "plan", "accordingly.\n\n", "Then", "we", "can"]
 
 
 def _load(name: str, path: Path) -> Any:
@@ -123,7 +126,7 @@ def main() -> None:
     ref_tok = dr.Tokenizer.from_file(str(deepseek_v4_tokenizer_path()))
     rng = random.Random(4242)
 
-    print(f"{'api':<10}{'feed':<8}{'tokens':>8}{'events':>8}  {'ours µs/tok':>12}{'ref µs/tok':>12}{'ratio':>8}"
+    print(f"{'api':<10}{'workload':<14}{'tokens':>8}{'events':>8}  {'ours µs/tok':>12}{'ref µs/tok':>12}{'ratio':>8}"
           f"  {'ours ev/s':>11}{'ref ev/s':>11}")
     for api_index, api in enumerate(("chat", "messages", "responses")):
         cases = []
@@ -131,10 +134,23 @@ def main() -> None:
             case = mt.make_case(rng, api_index)  # case i % 3 selects the api
             case["explicit_finish"] = True
             cases.append(case)
-        for feed in ("tokens", "text"):
+        prose = []
+        for k in range(args.cases):
+            case = mt.make_case(random.Random(k), api_index)
+            case["kind"], case["explicit_finish"], case["finish"] = "prose", True, "stop"
+            case["body"].pop("stop", None)
+            case["body"].pop("stop_sequences", None)
+            case["body"].pop("response_format", None)
+            case["body"].pop("text", None)
+            words = " ".join(rng.choice(PROSE) for _ in range(200))
+            case["output"] = (words[:400] + "</think>" + words) if "thinking" not in case["body"] and (
+                api != "responses" or "reasoning" not in case["body"]) else words
+            prose.append(case)
+        for workload, feed in (("mixed", "tokens"), ("mixed", "text"), ("prose", "tokens")):
+            cases_now = cases if workload == "mixed" else prose
             prepared = []
             n_tokens = 0
-            for case in cases:
+            for case in cases_now:
                 case["feed"] = feed
                 case["logprobs"] = False
                 upds = mt.updates(case, tok)
@@ -158,7 +174,7 @@ def main() -> None:
                 ref_events = sum(run() for run in ref_runs)
                 ref_t.append(time.perf_counter() - t0)
             ours, ref = statistics.median(ours_t), statistics.median(ref_t)
-            print(f"{api:<10}{feed:<8}{n_tokens:>8}{n_events:>8}  {ours / n_tokens * 1e6:>12.2f}"
+            print(f"{api:<10}{workload + '/' + feed:<14}{n_tokens:>8}{n_events:>8}  {ours / n_tokens * 1e6:>12.2f}"
                   f"{ref / n_tokens * 1e6:>12.2f}{ours / ref:>8.2f}  {n_events / ours:>11.0f}{ref_events / ref:>11.0f}")
     print("ratio = ours / reference time for the same updates (medians of", args.repeats, "repeats, same run)")
     print("timed: feeding every update and rendering each event's SSE bytes; request setup is outside the timing")

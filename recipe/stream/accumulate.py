@@ -131,6 +131,5 @@ def accumulate_responses(events: list[Event]) -> dict[str, Any]:
             final = data["response"]
         elif "response" in data:
             latest = data["response"]
-    if final is not None:
-        return final
-    return latest or {}
+    body = final if final is not None else latest or {}
+    return orjson.loads(orjson.dumps(body))  # a copy: callers may add fields without touching the events

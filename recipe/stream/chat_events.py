@@ -11,14 +11,20 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from recipe.stream.pieces import ContentPiece, Piece, ReasoningPiece, ToolCallArguments, ToolCallStart
-from recipe.stream.sse import Event, done_event
+from recipe.stream.sse import Event, JsonTemplate, done_event
 from recipe.stream.usage import Usage
 
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 
 
+_SLOT = "\ue0f0slot\ue0f0"
+
+
 class ChatEventBuilder:
     """Builds the chunks of one choice; `index` is the choice index (n > 1)."""
+
+    # Render per-token deltas from byte templates (tests switch it off to prove it changes nothing).
+    use_templates = True
 
     def __init__(
         self,
@@ -38,7 +44,34 @@ class ChatEventBuilder:
         self.include_usage = include_usage
         self.index = index
         self.reasoning_field = reasoning_field
-        self.system_fingerprint: str | None = None
+        self._fingerprint: str | None = None
+        self._templates: dict[str, JsonTemplate] = {}
+        # one placeholder per template: the "both" spelling writes the reasoning twice
+        self._templated = self.use_templates and reasoning_field != "both"
+
+    @property
+    def system_fingerprint(self) -> str | None:
+        return self._fingerprint
+
+    @system_fingerprint.setter
+    def system_fingerprint(self, value: str | None) -> None:
+        self._fingerprint = value
+        self._templates.clear()
+
+    def _template(self, kind: str) -> JsonTemplate:
+        """Bytes template of a content (`kind="content"`) or reasoning delta chunk without logprobs."""
+        tpl = self._templates.get(kind)
+        if tpl is None:
+            delta: dict[str, Any]
+            if kind == "content":
+                delta = {"content": _SLOT}
+                if self.thinking:
+                    self._reasoning(delta, None)
+            else:
+                delta = {"content": None}
+                self._reasoning(delta, _SLOT)
+            tpl = self._templates[kind] = JsonTemplate(self._chunk(delta).data, [_SLOT])
+        return tpl
 
     def _reasoning(self, delta: dict[str, Any], value: str | None) -> None:
         if self.reasoning_field in ("reasoning_content", "both"):
@@ -74,6 +107,10 @@ class ChatEventBuilder:
         return [self._chunk(delta)]
 
     def piece(self, piece: Piece) -> Event:
+        kind = type(piece)
+        if (kind is ContentPiece or kind is ReasoningPiece) and self._templated and piece.logprobs is None:  # type: ignore[union-attr]
+            tpl = self._template("content" if kind is ContentPiece else "reasoning")
+            return Event(None, raw=tpl.render(piece.text))  # type: ignore[union-attr]
         if type(piece) is ContentPiece:
             delta: dict[str, Any]
             if not self.thinking:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from recipe.stream.pieces import ContentPiece, Piece, ReasoningPiece, ToolCallArguments, ToolCallStart
-from recipe.stream.sse import Event
+from recipe.stream.sse import Event, JsonTemplate
 from recipe.stream.usage import Usage
 
 
@@ -19,7 +19,21 @@ def _ev(name: str, data: dict[str, Any]) -> Event:
     return Event(name, data)
 
 
+_SLOTS = ("\ue0f0index\ue0f0", "\ue0f0text\ue0f0")
+
+
+def _delta_template(kind: str, field: str) -> JsonTemplate:
+    return JsonTemplate({"type": "content_block_delta", "index": _SLOTS[0], "delta": {"type": kind, field: _SLOTS[1]}},
+                        _SLOTS)
+
+
+_TEXT = _delta_template("text_delta", "text")
+_THINKING = _delta_template("thinking_delta", "thinking")
+
+
 class MessagesEventBuilder:
+    # Render per-token deltas from byte templates (tests switch it off to prove it changes nothing).
+    use_templates = True
     def __init__(self, *, response_id: str, model: str, thinking: bool, signature: str | None = None) -> None:
         self.response_id = response_id
         self.model = model
@@ -48,6 +62,9 @@ class MessagesEventBuilder:
         self._open = None
         return events
 
+    def _text_delta(self, template: JsonTemplate, text: str) -> Event:
+        return Event("content_block_delta", raw=template.render(self._index, text))
+
     def _delta(self, delta: dict[str, Any]) -> Event:
         return _ev("content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta})
 
@@ -73,14 +90,16 @@ class MessagesEventBuilder:
             if self._open != "thinking":
                 events += self._stop_block()
                 events += self._start_block({"type": "thinking", "thinking": "", "signature": ""})
-            events.append(self._delta({"type": "thinking_delta", "thinking": piece.text}))
+            events.append(self._text_delta(_THINKING, piece.text) if self.use_templates
+                          else self._delta({"type": "thinking_delta", "thinking": piece.text}))
             return events
         if isinstance(piece, ContentPiece):
             events = []
             if self._open != "text":
                 events += self._stop_block()
                 events += self._start_block({"type": "text", "text": ""})
-            events.append(self._delta({"type": "text_delta", "text": piece.text}))
+            events.append(self._text_delta(_TEXT, piece.text) if self.use_templates
+                          else self._delta({"type": "text_delta", "text": piece.text}))
             return events
         if isinstance(piece, ToolCallStart):
             events = self._stop_block()

@@ -14,11 +14,16 @@ from typing import Any
 
 from recipe.stream.pieces import ContentPiece, Piece, ReasoningPiece, ToolCallArguments, ToolCallStart
 from recipe.stream.responses_echo import default_echo
-from recipe.stream.sse import Event
+from recipe.stream.sse import Event, JsonTemplate
 from recipe.stream.usage import Usage
+
+_SLOTS = ("\ue0f0delta\ue0f0", "\ue0f0item\ue0f0", "\ue0f0index\ue0f0", "\ue0f0seq\ue0f0")
+_DELTA_TEMPLATES: dict[str, JsonTemplate] = {}
 
 
 class ResponsesEventBuilder:
+    # Render per-token deltas from byte templates (tests switch it off to prove it changes nothing).
+    use_templates = True
     def __init__(
         self, *, response_id: str, model: str, created: int | None = None, echo: dict[str, Any] | None = None
     ) -> None:
@@ -33,6 +38,19 @@ class ResponsesEventBuilder:
         self._logprobs: list[dict[str, Any]] = []
 
     # ---- helpers ------------------------------------------------------------------------------
+
+    def _templated(self, name: str, delta: str, item_id: str, output_index: int) -> Event:
+        """A text/reasoning delta event rendered from its byte template (same bytes as `_ev_sorted`)."""
+        tpl = _DELTA_TEMPLATES.get(name)
+        if tpl is None:
+            fields: dict[str, Any] = {"type": name, "content_index": 0, "delta": _SLOTS[0], "item_id": _SLOTS[1]}
+            if name == "response.output_text.delta":
+                fields["logprobs"] = []
+            fields.update(output_index=_SLOTS[2], sequence_number=_SLOTS[3])
+            tpl = _DELTA_TEMPLATES[name] = JsonTemplate(fields, _SLOTS)
+        seq = self._seq
+        self._seq += 1
+        return Event(name, raw=tpl.render(delta, item_id, output_index, seq))
 
     def _ev(self, name: str, fields: dict[str, Any]) -> Event:
         data = {"type": name, **fields, "sequence_number": self._seq}
@@ -159,8 +177,11 @@ class ResponsesEventBuilder:
                         "summary": [], "encrypted_content": f"{rid}-{idx}"}
                 events += self._open_item(item, {"type": "reasoning_text", "text": ""})
             self._text.append(piece.text)
-            events.append(self._ev_sorted("response.reasoning_text.delta", {
-                "content_index": 0, "delta": piece.text, "item_id": f"rs_{rid}_{idx}", "output_index": idx}))
+            if self.use_templates:
+                events.append(self._templated("response.reasoning_text.delta", piece.text, f"rs_{rid}_{idx}", idx))
+            else:
+                events.append(self._ev_sorted("response.reasoning_text.delta", {
+                    "content_index": 0, "delta": piece.text, "item_id": f"rs_{rid}_{idx}", "output_index": idx}))
             return events
         if isinstance(piece, ContentPiece):
             events = []
@@ -171,6 +192,9 @@ class ResponsesEventBuilder:
                         "phase": "final_answer", "content": []}
                 events += self._open_item(item, {"type": "output_text", "annotations": [], "logprobs": [], "text": ""})
             self._text.append(piece.text)
+            if self.use_templates and not piece.logprobs:
+                events.append(self._templated("response.output_text.delta", piece.text, f"msg_{rid}_{idx}", idx))
+                return events
             lps = [_responses_logprob(e) for e in piece.logprobs] if piece.logprobs else []
             self._logprobs.extend(lps)
             events.append(self._ev_sorted("response.output_text.delta", {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -10,28 +10,78 @@ import orjson
 DONE_FRAME = b"data: [DONE]\n\n"
 
 
-@dataclass(slots=True)
 class Event:
     """One protocol event: `data` is the JSON payload, `name` the SSE event name (None for Chat chunks).
 
     `done=True` marks Chat's terminal `data: [DONE]` frame (its `data` is empty and not accumulated).
-    Slotted rather than frozen for speed (one per token); treat it as immutable.
+    An event built on the per-token path holds its JSON bytes (`raw`) and parses `data` only when
+    someone reads it. Treat events as immutable.
     """
 
-    name: str | None
-    data: dict[str, Any]
-    done: bool = False
+    __slots__ = ("_data", "_raw", "done", "name")
+
+    def __init__(self, name: str | None, data: dict[str, Any] | None = None, done: bool = False,
+                 raw: bytes | None = None) -> None:
+        self.name = name
+        self._data = data
+        self._raw = raw
+        self.done = done
+
+    @property
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
+            self._data = orjson.loads(self._raw) if self._raw is not None else {}
+        return self._data
 
     def json(self) -> bytes:
-        return orjson.dumps(self.data)
+        if self._raw is None:
+            self._raw = orjson.dumps(self._data if self._data is not None else {})
+        return self._raw
 
     def sse(self) -> bytes:
         """One SSE frame: `event: <name>` (when the API names events), `data: <json>`, blank line."""
         if self.done:
             return DONE_FRAME
         if self.name:
-            return b"".join((b"event: ", self.name.encode(), b"\ndata: ", orjson.dumps(self.data), b"\n\n"))
-        return b"".join((b"data: ", orjson.dumps(self.data), b"\n\n"))
+            return b"".join((b"event: ", self.name.encode(), b"\ndata: ", self.json(), b"\n\n"))
+        return b"".join((b"data: ", self.json(), b"\n\n"))
+
+    def __repr__(self) -> str:
+        return f"Event({self.name!r}, {self.data!r}{', done=True' if self.done else ''})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return NotImplemented
+        return (self.name, self.done, self.data) == (other.name, other.done, other.data)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class JsonTemplate:
+    """The JSON bytes of a fixed payload with a few variable values, rendered without building dicts.
+
+    `template` is the payload with each variable replaced by a unique placeholder string from `slots`;
+    `render(*values)` gives exactly `orjson.dumps(payload)` with the values in place.
+    """
+
+    def __init__(self, template: dict[str, Any], slots: Sequence[str]) -> None:
+        raw = orjson.dumps(template)
+        parts = [raw]
+        for slot in slots:
+            marker = orjson.dumps(slot)
+            head, sep, tail = parts[-1].partition(marker)
+            if not sep or marker in tail:
+                raise ValueError(f"placeholder {slot!r} must occur exactly once in the template")
+            parts[-1:] = [head, tail]
+        self._parts = parts
+
+    def render(self, *values: Any) -> bytes:
+        parts = self._parts
+        out = [parts[0]]
+        for value, part in zip(values, parts[1:], strict=True):
+            out.append(orjson.dumps(value))
+            out.append(part)
+        return b"".join(out)
 
 
 def done_event() -> Event:

@@ -1,17 +1,21 @@
 """The per-token fast paths (no marker character in a chunk; one plain token per update, looked up
-instead of detokenized) produce exactly the events of the general path, on every golden case re-fed
-one token per update."""
+instead of detokenized; deltas rendered from byte templates) produce exactly the events and SSE bytes
+of the general path, on every golden case re-fed one token per update."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from recipe.stream import StreamProcessor
+from recipe.stream.chat_events import ChatEventBuilder
+from recipe.stream.messages_events import MessagesEventBuilder
+from recipe.stream.responses_events import ResponsesEventBuilder
 from recipe.stream.text_parser import OutputTextParser
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "transcripts" / "stream.jsonl.gz"
@@ -40,5 +44,14 @@ def test_fast_paths_change_nothing(case: dict[str, Any], harness: Any, v4_tokeni
     _, fast = harness.run_ours(case, v4_tokenizer)
     monkeypatch.setattr(StreamProcessor, "fast_paths", False)
     monkeypatch.setattr(OutputTextParser, "fast_path", False)
+    for builder in (ChatEventBuilder, MessagesEventBuilder, ResponsesEventBuilder):
+        monkeypatch.setattr(builder, "use_templates", False)
     _, slow = harness.run_ours(case, v4_tokenizer)
     assert harness.normalise(harness.event_dicts(fast)) == harness.normalise(harness.event_dicts(slow))
+    # byte-identical SSE (tool-call ids and timestamps aside)
+    assert [_bytes(e.sse()) for e in fast] == [_bytes(e.sse()) for e in slow]
+
+
+def _bytes(frame: bytes) -> bytes:
+    frame = re.sub(rb"call_(\d\d)_[A-Za-z0-9]{24}", rb"call_\1_X", frame)
+    return re.sub(rb'"(created_at|completed_at)":\d+', rb'"\1":0', frame)
