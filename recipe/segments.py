@@ -322,6 +322,9 @@ def plan_cuts(text: str, rule: CutRule, segment_chars: int) -> list[int]:
 class SegmentEncoder:
     """`encode(text)` = one-pass plain encoding of `text`, run on all cores for long texts.
 
+    `plain` must have no added vocabulary (an added-token spelling could span a cut); `rule` comes from
+    `cut_rule_for` on the same `tokenizer.json`.
+
     Texts shorter than `threshold_chars`, and every text of a tokenizer without a cut rule, are encoded
     in one pass. Longer ones are cut by `plan_cuts` and the segments encoded with the `tokenizers`
     batch API (Rust threads, no GIL; `RAYON_NUM_THREADS` bounds them). Both go through
