@@ -67,6 +67,7 @@ class PagedAttention(nn.Module):
         self.scale = scale
         self.k_cache: torch.Tensor | None = None
         self.v_cache: torch.Tensor | None = None
+        self._k_slots = self._v_slots = torch.empty(0)  # [num_blocks * block_size, kv_heads, dim] views
 
     def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
         return 2 * block_size * self.num_kv_heads * self.head_dim * torch.empty((), dtype=dtype).element_size()
@@ -75,14 +76,12 @@ class PagedAttention(nn.Module):
         shape = (num_blocks, block_size, self.num_kv_heads, self.head_dim)
         self.k_cache = torch.zeros(shape, dtype=dtype, device=device)
         self.v_cache = torch.zeros(shape, dtype=dtype, device=device)
+        self._k_slots = self.k_cache.view(-1, self.num_kv_heads, self.head_dim)
+        self._v_slots = self.v_cache.view(-1, self.num_kv_heads, self.head_dim)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan) -> torch.Tensor:
         """q [N, H, D], k/v [N, Hkv, D] for the step's new tokens -> attention output [N, H, D]."""
         assert self.k_cache is not None and self.v_cache is not None, "allocate_kv_cache was not called"
-        self.k_cache.view(-1, self.num_kv_heads, self.head_dim).index_copy_(
-            0, plan.slot_mapping, k.to(self.k_cache.dtype)
-        )
-        self.v_cache.view(-1, self.num_kv_heads, self.head_dim).index_copy_(
-            0, plan.slot_mapping, v.to(self.v_cache.dtype)
-        )
+        self._k_slots.index_copy_(0, plan.slot_mapping, k.to(self.k_cache.dtype))
+        self._v_slots.index_copy_(0, plan.slot_mapping, v.to(self.v_cache.dtype))
         return paged_attend(q, plan, self.k_cache, self.v_cache, self.scale, self.head_dim)

@@ -99,13 +99,14 @@ class RotaryEmbedding(nn.Module):
         self.interleaved = interleaved
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """[N, dim/2] cos and sin for `positions` [N], in `dtype` (computed in fp32)."""
-        freqs = positions[:, None].to(torch.float32) * self.inv_freq[None, :]
+        """[N, 1, dim/2] cos and sin for `positions` [N], in `dtype` (computed in fp32), ready to broadcast
+        over heads."""
+        freqs = positions[:, None, None].to(torch.float32) * self.inv_freq.to(positions.device)
         return (freqs.cos() * self.scale).to(dtype), (freqs.sin() * self.scale).to(dtype)
 
     def rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """Rotate `x` [N, heads, dim] with per-token `cos`/`sin` [N, dim/2]."""
-        c, s = cos[:, None, :], sin[:, None, :]
+        """Rotate `x` [N, heads, dim] with per-token `cos`/`sin` [N, 1, dim/2] from `cos_sin`."""
+        c, s = cos, sin
         if self.interleaved:
             x1, x2 = x[..., 0::2], x[..., 1::2]
         else:

@@ -75,11 +75,10 @@ class LlamaAttention(nn.Module):
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary: RotaryEmbedding, plan: AttentionPlan
     ) -> torch.Tensor:
-        n = x.shape[0]
-        q, k, v = self.qkv(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = rotary.rotate(q.view(n, self.num_heads, self.head_dim), cos, sin)
-        k = rotary.rotate(k.view(n, self.num_kv_heads, self.head_dim), cos, sin)
-        o = self.attn(q, k, v.view(n, self.num_kv_heads, self.head_dim), plan)
+        n, h = x.shape[0], self.num_heads
+        qkv = self.qkv(x).view(n, h + 2 * self.num_kv_heads, self.head_dim)
+        qk = rotary.rotate(qkv[:, : h + self.num_kv_heads], cos, sin)  # q and k heads in one rotation
+        o = self.attn(qk[:, :h], qk[:, h:], qkv[:, h + self.num_kv_heads :], plan)
         return self.o_proj(o.reshape(n, self.q_size))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -80,7 +81,8 @@ def load_model(
     from recipe.engine.models.gguf_loader import load_gguf
 
     if str(name_or_path) == DEFAULT_MODEL:
-        return load_gguf(smollm2_path(), dtype=dtype, device=device)
+        model, info = load_gguf(smollm2_path(), dtype=dtype, device=device)
+        return model, dataclasses.replace(info, name="SmolLM2-135M-Instruct")
     path = Path(name_or_path)
     if path.suffix == ".gguf":
         if not path.is_file():

@@ -103,6 +103,7 @@ def test_model_info(smol) -> None:
     assert (info.architecture, info.chat_format, info.vocab_size, info.context_length) == ("llama", "chatml", 49152, 8192)
     assert (info.num_layers, info.hidden_size, info.num_kv_heads, info.head_dim) == (30, 576, 3, 64)
     assert info.eos_token_ids == (2,) and info.bos_token_id == 1
+    assert info.name == "SmolLM2-135M-Instruct" and info.dtype == torch.float32
 
 
 def test_tokenizer_rebuilt_from_gguf_encodes_like_transformers(smol) -> None:
