@@ -66,6 +66,8 @@ class ApiError(Exception):
 
     def body(self, shape: ErrorShape, request_id: str | None = None) -> dict[str, Any]:
         if self.prebuilt_body is not None:
+            if shape == "anthropic" and request_id and self.prebuilt_body.get("type") == "error":
+                return {**self.prebuilt_body, "request_id": request_id}
             return self.prebuilt_body
         oa_type, oa_code, an_type = _KINDS.get(self.status, _KINDS[500 if self.status >= 500 else 400])
         if shape == "anthropic":

@@ -143,6 +143,7 @@ def test_bad_inputs_get_status_and_shape(oa: openai.OpenAI, an: anthropic.Anthro
     with pytest.raises(anthropic.BadRequestError) as ae:
         an.messages.create(model=MODEL, max_tokens=0, messages=[{"role": "user", "content": "x"}])
     assert ae.value.body["type"] == "error"  # type: ignore[index]
+    assert ae.value.request_id and ae.value.body["request_id"] == ae.value.request_id  # type: ignore[index]
     r = httpx.post(srv.base + "/v1/chat/completions", content=b"{nope", headers={"authorization": f"Bearer {KEY}"})
     assert r.status_code == 400 and set(r.json()["error"]) == {"message", "type", "param", "code"}
     with pytest.raises(openai.AuthenticationError):

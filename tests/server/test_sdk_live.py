@@ -138,7 +138,7 @@ def test_responses_create_stream_retrieve_continue(oa: openai.OpenAI) -> None:
 
 
 def test_messages_create_stream_tools_thinking_and_count(an: anthropic.Anthropic) -> None:
-    base = {"model": MODEL, "max_tokens": 8, "extra_body": {"temperature": 0.0},
+    base = {"model": MODEL, "max_tokens": 4, "extra_body": {"temperature": 0.0},
             "messages": [{"role": "user", "content": "Name a color."}]}
     for thinking in ({"type": "disabled"}, {"type": "enabled", "budget_tokens": 1024}):
         m = an.messages.create(**base, thinking=thinking)  # type: ignore[call-overload]
