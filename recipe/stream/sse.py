@@ -15,7 +15,8 @@ class Event:
 
     `done=True` marks Chat's terminal `data: [DONE]` frame (its `data` is empty and not accumulated).
     An event built on the per-token path holds its JSON bytes (`raw`) and parses `data` only when
-    someone reads it. Treat events as immutable.
+    someone reads it; from then on `data` is the truth (a caller may update it, as a server adding
+    response fields does) and `sse()` renders from it.
     """
 
     __slots__ = ("_data", "_raw", "done", "name")
@@ -31,12 +32,13 @@ class Event:
     def data(self) -> dict[str, Any]:
         if self._data is None:
             self._data = orjson.loads(self._raw) if self._raw is not None else {}
+        self._raw = None  # the caller may change `data`: render from it from now on
         return self._data
 
     def json(self) -> bytes:
-        if self._raw is None:
-            self._raw = orjson.dumps(self._data if self._data is not None else {})
-        return self._raw
+        if self._raw is not None:
+            return self._raw
+        return orjson.dumps(self._data if self._data is not None else {})
 
     def sse(self) -> bytes:
         """One SSE frame: `event: <name>` (when the API names events), `data: <json>`, blank line."""

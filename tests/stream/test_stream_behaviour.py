@@ -171,3 +171,16 @@ def test_sse_frames() -> None:
     chat_events = feed_all(chat, [Ready(1), TextUpdate("Hi", 1), Finish("stop")])
     assert chat_events[0].sse().startswith(b"data: {")
     assert chat_events[-1].sse() == b"data: [DONE]\n\n"
+
+
+def test_event_data_changes_are_rendered() -> None:
+    """A caller that updates `event.data` (a server adding response fields) sees it in `sse()`."""
+    for api in ("chat", "messages", "responses"):
+        proc = StreamProcessor(api, make_request(), response_id="r", model="m", created=1)  # type: ignore[arg-type]
+        events = feed_all(proc, [Ready(1), TextUpdate("Hi", 1), Finish("stop")])
+        for event in events:
+            if event.done:
+                continue
+            before = event.sse()
+            event.data["x_extra"] = 1
+            assert event.sse() != before and b'"x_extra":1' in event.sse()
