@@ -1222,6 +1222,69 @@ def hand_cases() -> list[tuple[str, dict[str, Any]]]:
                 ("messages", {**base, "max_tokens": 5, "messages": [{"role": "system", "content": [txt("s"), {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]}, user]}),
                 ("messages", {**base, "max_tokens": 5, "messages": [user, {"role": "system", "content": ""}, user]}),
             ]
+    out += _hand_item_sequences()
+    return out
+
+
+def _hand_item_sequences() -> list[tuple[str, dict[str, Any]]]:
+    """Responses item orders and Messages block orders around tool calls, reasoning and turns."""
+
+    def u(t: str = "u") -> dict[str, Any]:
+        return {"role": "user", "content": t}
+
+    def a(t: str = "a") -> dict[str, Any]:
+        return {"role": "assistant", "content": t}
+
+    def fc(i: str = "c") -> dict[str, Any]:
+        return {"type": "function_call", "call_id": i, "name": "f", "arguments": "{}"}
+
+    def fo(i: str = "c") -> dict[str, Any]:
+        return {"type": "function_call_output", "call_id": i, "output": "o"}
+
+    def rs(t: str = "r") -> dict[str, Any]:
+        return {"type": "reasoning", "content": [{"type": "reasoning_text", "text": t}]}
+
+    seqs = [
+        [u(), a(), fc(), a("b"), fo()], [u(), fc(), fo(), fc("d"), fo("d")], [u(), a(), rs(), fc(), fo()],
+        [u(), rs(), a(), rs("r2"), fc(), fo()], [u(), fc(), fo(), a("after")], [u(), {"role": "developer", "content": "dev"}, a()],
+        [u(), a(), {"type": "item_reference", "id": "x"}, a("b")], [fc(), fo()],
+        [u(), fc(), {"type": "custom_tool_call_output", "call_id": "c", "output": "o"}], [u(), fc(), fo(), fo()],
+        [u(), a(), {"role": "system", "content": "s"}, a("b")], [u(), rs(), u("v")], [rs(), rs("x")], [u(), fc(), rs(), fo()],
+        [u(), a(""), a("")], [u(), a(""), a("x")], [u(), {"type": "web_search_call", "id": "w"}, a()],
+    ]
+    tools = [{"type": "function", "name": "f"}]
+
+    def tu(i: str = "t") -> dict[str, Any]:
+        return {"type": "tool_use", "id": i, "name": "f", "input": {"a": 1}}
+
+    def tr(i: str = "t") -> dict[str, Any]:
+        return {"type": "tool_result", "tool_use_id": i, "content": "r"}
+
+    def tx(t: str) -> dict[str, Any]:
+        return {"type": "text", "text": t}
+
+    think = {"type": "thinking", "thinking": "th", "signature": "s"}
+    mseqs = [
+        [u(), {"role": "assistant", "content": [think]}], [u(), {"role": "assistant", "content": [tx("a"), tx("b")]}],
+        [u(), {"role": "assistant", "content": [tu(), tx("after")]}, {"role": "user", "content": [tr()]}],
+        [u(), {"role": "assistant", "content": [tx("x"), think, tu()]}, {"role": "user", "content": [tr(), tx("t"), {"type": "image", "source": {"type": "url", "url": "https://x/a.png"}}]}],
+        [u(), {"role": "assistant", "content": [tu(), tu("t2")]}, {"role": "user", "content": [tr("t2"), tr()]}],
+        [u(), {"role": "assistant", "content": [tu()]}, {"role": "user", "content": [tr(), tr()]}],
+        [u(), {"role": "assistant", "content": [tu()]}, {"role": "user", "content": [tr()]}, a("done"), u("next")],
+        [{"role": "system", "content": "s"}, {"role": "system", "content": "s2"}, u()],
+    ]
+    mtools = [{"name": "f", "input_schema": {"type": "object"}}]
+    out: list[tuple[str, dict[str, Any]]] = []
+    for model in (V4, V41):
+        for effort in (None, "none"):
+            for sq in seqs:
+                body: dict[str, Any] = {"model": model, "input": sq, "tools": tools}
+                if effort:
+                    body["reasoning"] = {"effort": effort}
+                out.append(("responses", body))
+        for thinking in ("enabled", "disabled"):
+            for sq in mseqs:
+                out.append(("messages", {"model": model, "max_tokens": 5, "thinking": {"type": thinking}, "messages": sq, "tools": mtools}))
     return out
 
 

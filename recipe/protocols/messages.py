@@ -7,7 +7,7 @@ rejected. A trailing assistant message is a closed turn, not a prefill.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from recipe.conversation import Conversation, ImageSource, InferenceOptions, Message, ModelVersion, ToolCall
 from recipe.errors import conversion_error
@@ -352,6 +352,11 @@ def _convert_messages(obj: dict[str, Any], version: ModelVersion, *, drop_server
                                 f"unexpected `messages.{i}.content.{j}: tool_use_id` found in `tool_result` blocks: {tid}. "
                                 "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
                             )
+                    if leading and tid in answered:
+                        raise conversion_error(
+                            f"messages.{i}.content.{j}: each tool_use must have a single result. "
+                            f"Found multiple `tool_result` blocks with id: {tid}"
+                        )
                     text, imgs = _tool_result_content(b, version, f"messages.{i}.content.{j}")
                     if leading:
                         answered.append(tid)
@@ -411,8 +416,10 @@ def _convert_messages(obj: dict[str, Any], version: ModelVersion, *, drop_server
         texts = []
         reasoning: list[str] = []
         calls: list[ToolCall] = []
-        for b in blocks:
+        for j, b in enumerate(blocks):
             kind = b["type"]
+            if calls and kind != "tool_use":
+                _unanswered(f"{i}.{j}", [c.id for c in calls])  # tool_use blocks must come last
             if kind == "text":
                 texts.append(b["text"])
             elif kind == "thinking":
@@ -445,7 +452,7 @@ def _top_k(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _unanswered(index: int, ids: list[str], trailing: bool = False) -> None:
+def _unanswered(index: int | str, ids: list[str], trailing: bool = False) -> NoReturn:
     sep = "" if trailing else " "
     raise conversion_error(
         f"messages.{index}:{sep}`tool_use` ids were found without `tool_result` blocks immediately after: {', '.join(ids)}. "

@@ -369,7 +369,7 @@ class _Assistant:
     def message(self) -> Message:
         return Message(
             role="assistant",
-            content="\n\n".join(self.texts),
+            content="\n\n".join(t for t in self.texts if t),
             reasoning_content=self.reasoning,
             tool_calls=tuple(self.calls) if self.calls else None,
         )
@@ -418,6 +418,7 @@ def _convert_input(obj: dict[str, Any], version: ModelVersion) -> list[Message]:
         if kind is None or kind == "message":
             role = item["role"]
             if role == "assistant":
+                check_answered()
                 t = open_turn()
                 text, _ = _content(item["content"], i, version, role)
                 t.texts.append(text)
@@ -445,10 +446,13 @@ def _convert_input(obj: dict[str, Any], version: ModelVersion) -> list[Message]:
                 )
             if cid not in calls:
                 raise conversion_error(f"No tool call found for tool output with call_id {cid}.")
+            if calls[cid]:
+                raise conversion_error(f"Duplicate tool output for call_id: {cid}.")
             calls[cid] = True
             close_turn()
             out.append(Message(role="tool", content=_output_text(item["output"]), tool_call_id=cid))
         elif kind == "reasoning":
+            check_answered()
             parts = item.get("content")
             texts = [c.get("text", "") for c in parts] if isinstance(parts, list) else []
             if turn is not None:
@@ -524,7 +528,13 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
     effort = (obj.get("reasoning") or {}).get("effort")
     thinking = sampling.resolve_thinking(None, effort, options.default_thinking_mode)
     messages = _convert_input(obj, version)
-    messages = settle_reasoning(messages, thinking, options, tools_declared=bool(obj.get("tools")))
+    messages = settle_reasoning(
+        messages,
+        thinking,
+        options,
+        tools_declared=bool(obj.get("tools")),
+        missing_message="The `reasoning_text` in the thinking mode must be passed back to the API.",
+    )
     choice_raw = obj.get("tool_choice")
     choice, named = "auto", None
     if isinstance(choice_raw, str):
