@@ -110,8 +110,8 @@ def _compile(kind: str, spec: Any, vocab: Vocabulary, backend_name: str, strict:
         if norm.schema is False:
             if not options.get("allow_unsatisfiable"):
                 raise ConstraintError("schema admits no value, so nothing can be generated")
-            report = build_report(spec, norm, None)
-            return CompiledConstraint(kind, backend_name, NothingHandle(), vocab, spec, report, spec,
+            empty = build_report(spec, norm, None)
+            return CompiledConstraint(kind, backend_name, NothingHandle(), vocab, spec, empty, spec,
                                       time.perf_counter() - t0)
         handle, err = _strict_probe(norm.schema, vocab) if backend_name == "llguidance" or strict else (None, None)
         report = build_report(spec, norm, err) if (backend_name == "llguidance" or strict) else None

@@ -72,6 +72,8 @@ def grammar_text(kind: str, source: Any, *, lenient: bool) -> str:
         overrides["lenient"] = True
     try:
         if kind == "json_schema":
+            if source is True:
+                source = {}  # llguidance applies its options to object schemas only
             return llg.LLMatcher.grammar_from_json_schema(json.dumps(source), overrides=overrides)  # type: ignore[arg-type]
         if kind == "json_object":
             return llg.LLMatcher.grammar_from_json_schema(json.dumps(_ANY_OBJECT), overrides=overrides)  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ import copy
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
@@ -46,6 +46,7 @@ class Normalized:
     unresolved_refs: list[str] = field(default_factory=list)
     recursive: bool = False
     negations: bool = True
+    keep_defs: bool = False
 
 
 class _Recursive(Exception):
@@ -60,9 +61,7 @@ def normalize(schema: Any, resources: dict[str, Any] | None = None) -> Normalize
     if not isinstance(schema, dict | bool):
         raise ConstraintError("a JSON Schema must be an object or a boolean")
     out = Normalized(copy.deepcopy(schema))
-    if "$dynamicRef" in json.dumps(schema):
-        out.recursive = True  # dynamic scopes need the document as written
-        return out
+    out.keep_defs = "$dynamicRef" in json.dumps(schema)  # dynamic anchors must stay resolvable
     try:
         inlined = _Inliner(schema, out, resources or {}).run()
     except _Recursive:
@@ -105,7 +104,7 @@ class _Inliner:
         result: dict[str, Any] = {}
         for k, v in node.items():
             if k in ("$defs", "definitions", "enum", "const", "examples", "default"):
-                if k not in ("$defs", "definitions"):
+                if k not in ("$defs", "definitions") or self.out.keep_defs:
                     result[k] = v
                 continue
             if k == "$ref" and isinstance(v, str):
@@ -123,7 +122,7 @@ class _Inliner:
                 result["$ref"] = ref
                 return result
             key = f"{resolved.resolver._base_uri}|{id(resolved.contents)}"
-            if key in stack or "$dynamicRef" in json.dumps(resolved.contents):
+            if key in stack:
                 raise _Recursive
             target = self._walk(resolved.contents, resolved.resolver, (*stack, key))
             self.out.rewritten.add("$ref")
@@ -141,7 +140,8 @@ class _Inliner:
 def _simplify(s: Any, out: Normalized) -> Any:
     if isinstance(s, bool) or not isinstance(s, dict):
         return s
-    s = {k: v for k, v in s.items() if k not in ("$defs", "definitions", "$schema")}
+    drop = ("$schema",) if out.keep_defs else ("$defs", "definitions", "$schema")
+    s = {k: v for k, v in s.items() if k not in drop}
     for k in _COUNTS:
         v = s.get(k)
         if isinstance(v, float) and v.is_integer():
@@ -349,7 +349,7 @@ _OBJECT_SHAPE = ("additionalProperties", "patternProperties", "unevaluatedProper
 _ARRAY_SHAPE = ("prefixItems", "items", "unevaluatedItems", "contains")
 
 
-def _merge_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | bool | None:
+def _merge_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | Literal[False] | None:
     """Exact merge of two schemas' keywords, or None when they do not combine exactly."""
     # object shape keywords depend on the sibling `properties`; only merge when one side is plain
     a_shape = any(k in a for k in _OBJECT_SHAPE)
@@ -361,9 +361,11 @@ def _merge_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | bool |
         (a_shape and ("properties" in b or b_shape)) or (b_shape and ("properties" in a or a_shape))
     ):
         return None
-    if any(k in a for k in _ARRAY_SHAPE) and any(k in b for k in _ARRAY_SHAPE):
-        if not (set(a) & set(b) & set(_ARRAY_SHAPE)) <= {"items"} or "prefixItems" in a or "prefixItems" in b:
-            return None
+    both_arrays = any(k in a for k in _ARRAY_SHAPE) and any(k in b for k in _ARRAY_SHAPE)
+    if both_arrays and (
+        not (set(a) & set(b) & set(_ARRAY_SHAPE)) <= {"items"} or "prefixItems" in a or "prefixItems" in b
+    ):
+        return None
     if ("unevaluatedProperties" in b or "unevaluatedItems" in b) and any(k in a for k in APPLICATORS):
         return None
     m = dict(a)

@@ -12,8 +12,8 @@ import jsonschema
 import numpy as np
 import pytest
 
-from recipe.constraints import compile_constraint
 from recipe.constraints import bitmask as bm
+from recipe.constraints import compile_constraint
 
 SCHEMAS = [
     {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer",
