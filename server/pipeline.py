@@ -85,6 +85,7 @@ class Pipeline:
         served_names: tuple[str, ...],
         request_timeout_s: float,
         retry_after_s: int = 1,
+        offload_bytes: int = 64 * 1024,
     ) -> None:
         self.parts = parts
         self.backend = backend
@@ -94,6 +95,7 @@ class Pipeline:
         self.request_timeout_s = request_timeout_s
         self.retry_after_s = retry_after_s
         self._constraints: OrderedDict[Any, Any] = OrderedDict()
+        self.offload_bytes = offload_bytes
         card = backend.model
         digest = hashlib.sha256(f"{card.name}|{card.architecture}|{card.chat_format}".encode()).hexdigest()
         self.fingerprint = f"fp_{digest[:10]}"  # Chat `system_fingerprint`: which model setup answered
@@ -115,6 +117,12 @@ class Pipeline:
         if card.chat_format == "chatml" and "default_thinking_mode" in fields:
             kwargs["default_thinking_mode"] = False  # the demo model has no reasoning markup
         return codec.ConversionOptions(**kwargs)
+
+    async def aconvert(self, api: Api, body: bytes | dict[str, Any], size: int) -> Any:
+        """`convert`, off the event loop for bodies of `offload_bytes` or more (other streams keep flowing)."""
+        if size >= self.offload_bytes:
+            return await asyncio.to_thread(self.convert, api, body)
+        return self.convert(api, body)
 
     def convert(self, api: Api, body: bytes | dict[str, Any]) -> Any:
         self.parts.require("codec", "errors")
@@ -189,11 +197,20 @@ class Pipeline:
 
     async def prepare(
         self, api: Api, request: Any, *, echo: dict[str, Any] | None = None,
-        response_fields: dict[str, Any] | None = None,
+        response_fields: dict[str, Any] | None = None, size_hint: int = 0,
     ) -> Generation:
+        """Everything before generation; `size_hint` (the body's size) moves rendering and encoding of
+        large requests to a worker thread so they do not stall the event loop."""
         self.parts.require("stream", "updates")
-        rendered = self.render(request)
-        prompt_ids = self.encode(request, rendered)
+
+        def render_encode() -> tuple[Any, list[int]]:
+            rendered = self.render(request)
+            return rendered, self.encode(request, rendered)
+
+        if size_hint >= self.offload_bytes:
+            rendered, prompt_ids = await asyncio.to_thread(render_encode)
+        else:
+            rendered, prompt_ids = render_encode()
         request = self._parse_from_output_start(request, rendered)
         max_tokens = self.resolve_max_tokens(request, len(prompt_ids))
         constraint = await self.compile_constraint(request)

@@ -17,8 +17,8 @@ router = APIRouter(tags=["OpenAI Chat Completions"])
 async def chat_completions(request: Request) -> Response:
     state = state_of(request)
     body = await read_body(request, state.config.max_body_bytes)
-    converted = state.pipeline.convert("chat", body)
-    gen = await state.pipeline.prepare("chat", converted)
+    converted = await state.pipeline.aconvert("chat", body, len(body))
+    gen = await state.pipeline.prepare("chat", converted, size_hint=len(body))
     if gen.stream:
         return await stream_response(request, state.pipeline, gen)
     await collect(request, state.pipeline, gen)

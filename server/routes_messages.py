@@ -18,8 +18,8 @@ router = APIRouter(tags=["Anthropic Messages"])
 async def messages(request: Request) -> Response:
     state = state_of(request)
     body = await read_body(request, state.config.max_body_bytes)
-    converted = state.pipeline.convert("messages", body)
-    gen = await state.pipeline.prepare("messages", converted)
+    converted = await state.pipeline.aconvert("messages", body, len(body))
+    gen = await state.pipeline.prepare("messages", converted, size_hint=len(body))
     if gen.stream:
         return await stream_response(request, state.pipeline, gen)
     await collect(request, state.pipeline, gen)

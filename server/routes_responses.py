@@ -74,11 +74,13 @@ async def create_response(request: Request) -> Response:
     body, full_input = await _expand(state, body)
     previous = body.get("previous_response_id")
     store = body.get("store", True) is not False
-    converted = state.pipeline.convert("responses", body)
+    # a continuation carries its whole history: treat it as large
+    size = len(raw) if previous is None else max(len(raw), state.pipeline.offload_bytes)
+    converted = await state.pipeline.aconvert("responses", body, size)
     state.pipeline.parts.require("stream")
     gen = await state.pipeline.prepare(
         "responses", converted, echo=state.pipeline.parts.stream.responses_echo(body),
-        response_fields={"store": store, "previous_response_id": previous},
+        response_fields={"store": store, "previous_response_id": previous}, size_hint=size,
     )
 
     async def save(g: Generation) -> None:

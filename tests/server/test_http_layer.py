@@ -178,3 +178,31 @@ def test_live_server_sends_ids_over_real_http(echo: EchoBackend, serve) -> None:
     with serve(create_app(ServerConfig(), echo)) as srv:
         r = httpx.get(srv.base + "/health")
         assert r.status_code == 200 and r.headers["x-request-id"].startswith("req_")
+
+
+def _without_ids(value):  # type: ignore[no-untyped-def]
+    """The value with per-response identities (ids, signatures derived from them) removed."""
+    if isinstance(value, dict):
+        return {k: _without_ids(v) for k, v in value.items() if k not in ("id", "signature", "encrypted_content")}
+    if isinstance(value, list | tuple):
+        return [_without_ids(v) for v in value]
+    return value
+
+
+def test_large_bodies_prepared_off_the_loop_give_identical_answers(echo: EchoBackend) -> None:
+    app = create_app(ServerConfig(), echo)
+    c = TestClient(app)
+    text = "long context words " * 2000
+    for path, body in (
+        ("/v1/chat/completions", {"model": "echo", "messages": [{"role": "user", "content": text}], "max_tokens": 6}),
+        ("/v1/messages", {"model": "echo", "messages": [{"role": "user", "content": text}], "max_tokens": 6}),
+        ("/v1/responses", {"model": "echo", "input": text, "max_output_tokens": 6, "store": False}),
+    ):
+        answers = []
+        for offload in (1 << 40, 0):  # inline, then in a worker thread
+            app.state.recipe.pipeline.offload_bytes = offload
+            r = c.post(path, json=body)
+            assert r.status_code == 200, r.text
+            out = r.json()
+            answers.append(_without_ids((out.get("choices") or out.get("content") or out.get("output"), out.get("usage"))))
+        assert answers[0] == answers[1], path
