@@ -1223,6 +1223,52 @@ def hand_cases() -> list[tuple[str, dict[str, Any]]]:
                 ("messages", {**base, "max_tokens": 5, "messages": [user, {"role": "system", "content": ""}, user]}),
             ]
     out += _hand_item_sequences()
+    out += _hand_chat_sequences()
+    return out
+
+
+def _hand_chat_sequences() -> list[tuple[str, dict[str, Any]]]:
+    """Chat message orders around tool calls, prefixes, empty and system messages."""
+
+    def u(t: str = "u") -> dict[str, Any]:
+        return {"role": "user", "content": t}
+
+    def a(t: Any = "a", **kw: Any) -> dict[str, Any]:
+        return {"role": "assistant", "content": t, **kw}
+
+    def call(*ids: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": None, "tool_calls": [{"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in ids]}
+
+    def t(i: str, c: Any = "r") -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": i, "content": c}
+
+    def s(c: str = "s") -> dict[str, Any]:
+        return {"role": "system", "content": c}
+
+    def rem(c: str = "l") -> dict[str, Any]:
+        return {"role": "latest_reminder", "content": c}
+
+    bad_call = [{"id": "a", "type": "function", "function": {"name": "g", "arguments": "not json"}}]
+    seqs = [
+        [u(), call("a"), t("a"), call("b"), t("b")], [u(), call("a", "b"), t("b"), t("a"), u("x")], [u(), call("a"), t("a"), t("a")],
+        [u(), call("a"), s(), t("a")], [u(), call("a"), t("a"), rem(), u()], [u(), call("a"), t("a"), a("done"), u("again")],
+        [call("a"), t("a")], [u(), a(None, tool_calls=None)],
+        [u(), {"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, t("a")],
+        [u(), a("x", reasoning_content="r", tool_calls=bad_call), t("a")],
+        [u(), call("a"), t("a", [{"type": "text", "text": "p1"}, {"type": "text", "text": "p2"}])],
+        [u(), a([{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "https://x/a.png"}}])],
+        [u(), a("p", prefix=False)], [u(), a("p", prefix=True, reasoning_content=None)], [s(), s("t"), u(), s("u")], [u(""), u("")],
+        [rem(), rem()], [s(""), s("")], [u(), call("a"), t("a"), a("", prefix=True)], [u(), call("a"), t("a"), u(), a("x", prefix=True)],
+    ]
+    out: list[tuple[str, dict[str, Any]]] = []
+    for model in (V4, V41):
+        for thinking in ("enabled", "disabled"):
+            for sq in seqs:
+                for tools in (None, [{"type": "function", "function": {"name": "f"}}]):
+                    body: dict[str, Any] = {"model": model, "thinking": {"type": thinking}, "messages": sq}
+                    if tools:
+                        body["tools"] = tools
+                    out.append(("chat", body))
     return out
 
 

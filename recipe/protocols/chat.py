@@ -352,7 +352,7 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
     thinking = sampling.resolve_thinking(thinking_flag, effort, options.default_thinking_mode)
     messages = _convert_messages(obj["messages"], version)
     messages = settle_reasoning(messages, thinking, options, tools_declared=bool(obj.get("tools")))
-    prefix = messages[-1].role == "assistant" and messages[-1].prefix
+    prefix = bool(messages) and messages[-1].role == "assistant" and messages[-1].prefix
     tools_raw = obj.get("tools")
     fmt: dict[str, Any] | None = obj.get("response_format")
     fmt_type: ResponseFormat = fmt["type"] if fmt is not None else "text"
@@ -383,7 +383,7 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
         for i, t in enumerate(tools_raw or ())
     ]
     selection = finish_tools(specs, choice, named, thinking)
-    if prefix and tools_raw:
+    if prefix and (tools_raw or any(m.tool_calls for m in messages)):
         raise conversion_error("Function call should not be used with prefix")
     # response format
     schema = regex = None
