@@ -92,7 +92,8 @@ class LLM:
                     new_logprobs=tuple(logprobs[key]) if params.logprobs is not None else None,
                     finished=True, finish_reason=last.finish_reason, prompt_tokens=last.prompt_tokens,
                     cached_tokens=last.cached_tokens,
-                    timing=RequestTiming(last.timing.arrival_time, last.timing.first_token_time, tuple(times[key])),
+                    timing=RequestTiming(last.timing.arrival_time, last.timing.first_token_time, tuple(times[key]),
+                                         last.timing.scheduled_time),
                     stop_token_id=last.stop_token_id,
                     text=self.tokenizer.decode(tokens[key], skip_special_tokens=True) if self.tokenizer else None,
                 ))

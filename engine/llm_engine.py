@@ -188,7 +188,7 @@ class LLMEngine:
             request_id=seq.request_id, index=seq.index, new_token_ids=new, new_logprobs=logprobs,
             finished=seq.is_finished, finish_reason=seq.finish_reason, prompt_tokens=seq.num_prompt_tokens,
             cached_tokens=seq.num_cached_tokens,
-            timing=RequestTiming(seq.arrival_time, first, (now,) if new else ()),
+            timing=RequestTiming(seq.arrival_time, first, (now,) if new else (), seq.scheduled_time),
             stop_token_id=seq.stop_token_id,
         )
 

@@ -10,11 +10,18 @@ TokenLogprob = tuple[float, list[tuple[int, float]]]  # (chosen token's logprob,
 
 @dataclass(frozen=True)
 class RequestTiming:
-    """Monotonic (`time.perf_counter`) times: arrival, first token, and each token in this output."""
+    """Monotonic (`time.perf_counter`) times: arrival, first scheduled (end of queueing), first token, and
+    each token in this output."""
 
     arrival_time: float
     first_token_time: float | None
     token_times: tuple[float, ...]
+    scheduled_time: float | None = None
+
+    @property
+    def queue_time(self) -> float | None:
+        """Seconds between arrival and the first step that ran the request."""
+        return None if self.scheduled_time is None else self.scheduled_time - self.arrival_time
 
     @property
     def ttft(self) -> float | None:

@@ -13,6 +13,7 @@ token sampled in the step in flight is a placeholder (`PLACEHOLDER`) that the mo
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -116,6 +117,7 @@ class Scheduler:
             seq.num_computed_tokens = cached
             if seq.num_preemptions == 0:
                 seq.num_cached_tokens = cached
+                seq.scheduled_time = time.perf_counter()
             self.running.append(seq)
             out.scheduled.append(self._take(seq, n))
             budget -= n

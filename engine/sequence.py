@@ -45,6 +45,7 @@ class Sequence:
         self.fork_parent: Sequence | None = None
         self.matcher: Any = params.constraint.matcher() if params.constraint is not None else None
         self.arrival_time = time.perf_counter() if arrival_time is None else arrival_time
+        self.scheduled_time: float | None = None  # when a step first included it
         self.token_times: list[float] = []
         self.logprobs: list[tuple[float, list[tuple[int, float]]] | None] = []
         self.num_preemptions = 0

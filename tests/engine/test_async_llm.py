@@ -140,3 +140,21 @@ def test_stats_count_tokens_and_prefix_hits() -> None:
         await engine.shutdown()
 
     asyncio.run(main())
+
+
+def test_timing_is_ordered_arrival_scheduled_first_token() -> None:
+    model = TinyPagedLM(seed=35)
+
+    async def main() -> list[RequestOutput]:
+        engine = AsyncLLM((model, TinyInfo()), **CONFIG)
+        outs = await collect(engine, "t", [1, 2, 3, 4], SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))
+        await engine.shutdown()
+        return outs
+
+    outs = asyncio.run(main())
+    t = outs[0].timing
+    assert t.scheduled_time is not None and t.first_token_time is not None
+    assert t.arrival_time <= t.scheduled_time <= t.first_token_time <= t.token_times[0]
+    assert t.queue_time is not None and t.ttft is not None and t.queue_time <= t.ttft
+    times = [x for o in outs for x in o.timing.token_times]
+    assert times == sorted(times) and len(times) == 6
