@@ -109,8 +109,10 @@ class ChatEventBuilder:
     def piece(self, piece: Piece) -> Event:
         kind = type(piece)
         if (kind is ContentPiece or kind is ReasoningPiece) and self._templated and piece.logprobs is None:  # type: ignore[union-attr]
-            tpl = self._template("content" if kind is ContentPiece else "reasoning")
-            return Event(None, raw=tpl.render(piece.text))  # type: ignore[union-attr]
+            tpl = self._templates.get("content" if kind is ContentPiece else "reasoning")
+            if tpl is None:
+                tpl = self._template("content" if kind is ContentPiece else "reasoning")
+            return Event(None, None, False, tpl.render1(piece.text))  # type: ignore[union-attr]
         if type(piece) is ContentPiece:
             delta: dict[str, Any]
             if not self.thinking:

@@ -189,7 +189,9 @@ class StreamProcessor:
             # fast path: one plain token, no logprobs (what an engine streams)
             tid = ids[0]
             if tid not in self._special_ids and isinstance(tid, int):
-                self.parser.use_token_markers()
+                parser = self.parser
+                if not parser._token_markers:
+                    parser.use_token_markers()
                 try:
                     text = decoder.add_one(tid)
                 except ValueError as exc:
@@ -198,7 +200,7 @@ class StreamProcessor:
                 self.usage.completion_tokens += 1
                 if not text:
                     return []
-                return self._pieces(self.parser.feed_segments([(text, None)]))
+                return self._pieces(parser.feed_text(text))
         if self._decoder is None or self._logprobs is None:
             self.closed = True
             raise StreamInputError("token update received without a tokenizer")

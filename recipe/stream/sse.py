@@ -77,6 +77,11 @@ class JsonTemplate:
             parts[-1:] = [head, tail]
         self._parts = parts
 
+    def render1(self, value: Any) -> bytes:
+        """`render` for a one-placeholder template."""
+        head, tail = self._parts
+        return head + orjson.dumps(value) + tail
+
     def render(self, *values: Any) -> bytes:
         parts = self._parts
         out = [parts[0]]

@@ -117,6 +117,14 @@ class OutputTextParser:
         """Parse one backend chunk; `logprobs` (Chat-shaped entries of its tokens) ride on its text."""
         return self.feed_segments([(text, logprobs)])
 
+    def feed_text(self, text: str) -> list[Piece]:
+        """`feed(text)` without logprobs (the per-token path)."""
+        if self._json is not None:
+            return self.feed_segments([(text, None)])
+        out: list[Piece] = []
+        self._feed(text, None, out)
+        return out
+
     def feed_segments(self, segments: list[_Segment]) -> list[Piece]:
         """Parse one backend chunk made of several runs (a token update is split at special tokens)."""
         out: list[Piece] = []
