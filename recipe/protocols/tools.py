@@ -272,7 +272,7 @@ def _read_strict(node: Any) -> dict[str, Any]:
     if "anyOf" in node:
         branches = node["anyOf"]
         if not isinstance(branches, list):
-            raise _shape(f"invalid type: {unexpected(branches)}, expected a sequence")
+            raise _shape(f"field `anyOf`: invalid type: {unexpected(branches)}, expected a sequence")
         out = {"anyOf": [_read_branch(b) for b in branches]}
         _desc(node, out)
         return out
