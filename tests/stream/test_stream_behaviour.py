@@ -184,3 +184,14 @@ def test_event_data_changes_are_rendered() -> None:
             before = event.sse()
             event.data["x_extra"] = 1
             assert event.sse() != before and b'"x_extra":1' in event.sse()
+
+
+def test_call_ids_have_the_reference_form_and_do_not_repeat() -> None:
+    import re
+
+    from recipe.stream.call_ids import new_call_id
+
+    ids = [new_call_id(i % 100) for i in range(5000)]
+    assert all(re.fullmatch(r"call_\d\d_[A-Za-z0-9]{24}", x) for x in ids)
+    assert ids[7].startswith("call_07_")
+    assert len(set(ids)) == len(ids)
