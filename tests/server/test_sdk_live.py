@@ -170,3 +170,15 @@ def test_disconnect_frees_the_engine_request(srv, engine_backend) -> None:  # ty
     while engine_backend.stats().running and time.time() < deadline:
         time.sleep(0.02)
     assert engine_backend.stats().running == 0 and engine_backend.stats().waiting == 0
+
+
+def test_metrics_read_the_engine(srv) -> None:  # type: ignore[no-untyped-def]
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(srv.base + "/metrics").text  # public: no key needed for scrapes
+    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+              if "le" not in s.labels and "finished_reason" not in s.labels}
+    assert values["recipe:prefix_cache_queries_total"] > 0  # the engine's own counter, read at scrape time
+    assert values["recipe:prefix_cache_hits_total"] <= values["recipe:prefix_cache_queries_total"]
+    assert values["recipe:num_requests_running"] == 0 and 0 <= values["recipe:kv_cache_usage_perc"] <= 1
+    assert values["recipe:generation_tokens_total"] > 0 and values["recipe:time_to_first_token_seconds_count"] > 0
