@@ -79,11 +79,16 @@ class _Scanner:
             self.i += 1
 
     def string(self) -> None:
+        start = self.i
         while True:
             if self.i >= self.n:
                 raise self.fail("EOF while parsing a string", consumed=False)
             c = self.d[self.i]
             if c == ord('"'):
+                try:
+                    self.d[start : self.i].decode("utf-8")
+                except UnicodeDecodeError:
+                    raise self.fail("invalid unicode code point") from None
                 self.i += 1
                 return
             if c < 0x20:

@@ -163,3 +163,24 @@ def test_beyond_the_reference_fields_are_kept() -> None:
 def test_unknown_api_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown api"):
         convert("completions", chat())
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model":"DeepSeek-V4-Pro","messages":[{"role":"user","content":"\xff"}]}',
+        b'{"model":"DeepSeek-V4-Pro","messages":[{"role":"user","content":"a\xc3\xa9\xc3"}]}',
+        b'{"a\xff":1}',
+        b'{"a":1}\xff',
+        b"\xff",
+        b'{"model":"DeepSeek-V4-Pro","messages":[{"role":"user","content":"\\ud800"}]}',
+    ],
+)
+def test_byte_bodies_fail_like_the_reference(raw: bytes) -> None:
+    """Invalid UTF-8 and lone surrogates: the reference's message (live oracle, dev dependency)."""
+    import deepseek_recipe as dr
+
+    with pytest.raises(ValueError) as ref:
+        dr.ChatCompletionRequest(raw)
+    err = error_of("chat", raw)
+    assert (err.kind, err.message) == ("parse", str(ref.value))
