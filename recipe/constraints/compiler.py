@@ -99,6 +99,28 @@ def schema_report(schema: Any, tokenizer: Tokenizer, *, eos_token_ids: tuple[int
     return build_report(schema, norm, err)
 
 
+def _compile_contains(spec: Any, norm: Any, vocab: Vocabulary, strict: bool, t0: float) -> CompiledConstraint | None:
+    """Top-level `contains` as a counted-array grammar (exact when its parts compile strictly)."""
+    from recipe.constraints.contains_grammar import contains_lark
+
+    backend = get_backend("llguidance")
+    for lenient in (False, True):
+        if lenient and strict:
+            return None
+        lark = contains_lark(norm.schema, lenient=lenient)
+        if lark is None:
+            return None
+        try:
+            handle = backend.compile("grammar", lark, vocab, lenient=lenient)
+        except ConstraintError as exc:
+            err = exc.message
+            continue
+        report = build_report(spec, norm, None if not lenient else err)
+        return CompiledConstraint("json_schema", "llguidance", handle, vocab, spec, report, spec,
+                                  time.perf_counter() - t0, {"lark": lark})
+    return None
+
+
 def _compile(kind: str, spec: Any, vocab: Vocabulary, backend_name: str, strict: bool, tokenizer: Tokenizer,
              options: dict[str, Any]) -> CompiledConstraint:
     t0 = time.perf_counter()
@@ -113,6 +135,10 @@ def _compile(kind: str, spec: Any, vocab: Vocabulary, backend_name: str, strict:
             empty = build_report(spec, norm, None)
             return CompiledConstraint(kind, backend_name, NothingHandle(), vocab, spec, empty, spec,
                                       time.perf_counter() - t0)
+        if backend_name == "llguidance":
+            counted = _compile_contains(spec, norm, vocab, strict, t0)
+            if counted is not None:
+                return counted
         handle, err = _strict_probe(norm.schema, vocab) if backend_name == "llguidance" or strict else (None, None)
         report = build_report(spec, norm, err) if (backend_name == "llguidance" or strict) else None
         if strict and report is not None and not report.enforced_exactly:

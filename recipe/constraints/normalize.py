@@ -18,6 +18,7 @@ so a mask built from the result is never looser than the schema:
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -157,6 +158,8 @@ def _simplify(s: Any, out: Normalized) -> Any:
         if isinstance(s.get(k), list):
             s[k] = [_simplify(x, out) for x in s[k]]
 
+    if "contains" not in s:
+        s.pop("minContains", None), s.pop("maxContains", None)
     conj: list[Any] = []
     if "dependentRequired" in s and isinstance(s["dependentRequired"], dict):
         for key, needs in s.pop("dependentRequired").items():
@@ -521,6 +524,13 @@ def _negate_keyword(k: str, v: Any, s: dict[str, Any]) -> list[Any] | None:
             return [True]
         if all(x is None for x in vals):
             return [{"type": ["boolean", "object", "array", "number", "string"]}]
+        if all(_num(x) for x in vals):
+            # numbers other than the listed ones: the open intervals between them
+            pts = sorted({float(x) for x in vals})
+            gaps: list[Any] = [{"type": "number", "exclusiveMaximum": pts[0]}]
+            gaps += [{"type": "number", "exclusiveMinimum": a, "exclusiveMaximum": b} for a, b in itertools.pairwise(pts)]
+            gaps.append({"type": "number", "exclusiveMinimum": pts[-1]})
+            return [{"type": ["null", "boolean", "object", "array", "string"]}, *gaps]
         if all(isinstance(x, bool) for x in vals):
             missing = [b for b in (True, False) if b not in vals]
             return [{"type": ["null", "object", "array", "number", "string"]}, *[{"const": b} for b in missing]]

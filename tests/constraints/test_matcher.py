@@ -138,3 +138,13 @@ def test_other_byte_level_tokenizer(small_tok) -> None:
     m = c2.matcher()
     assert not m.accept(stop)
     assert m.accept(small_tok.encode_plain("x")[0]) and m.accept(stop) and m.is_terminated()
+
+
+def test_contains_is_enforced_by_a_counted_array_grammar(tok) -> None:
+    schema = {"type": "array", "items": {"type": "integer"}, "contains": {"const": 1}, "minContains": 2,
+              "maxContains": 3}
+    c = compile_constraint("json_schema", schema, tok, strict=True)
+    assert c.report is not None and c.report.enforced_exactly and "lark" in c.extra
+    for value, ok in [([1, 1], True), ([0, 1, 2, 1, 1], True), ([1], False), ([1, 1, 1, 1], False),
+                      ([1, 1, "x"], False), ([], False)]:
+        assert check_value(c, value, tok).accepted is ok, value

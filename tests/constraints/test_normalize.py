@@ -74,7 +74,8 @@ def test_merge_detects_contradictions() -> None:
 def test_negation_is_exact_where_defined() -> None:
     samples = [None, True, False, 0, 1.5, -3, "", "abc", [], [1, 2], {}, {"a": 1}, {"b": "x"}]
     for s in [{"type": "string"}, {"minimum": 1}, {"maxLength": 2}, {"required": ["a"]}, {"const": None},
-              {"properties": {"a": {"type": "string"}}}, {"anyOf": [{"type": "null"}, {"minItems": 2}]}]:
+              {"properties": {"a": {"type": "string"}}}, {"anyOf": [{"type": "null"}, {"minItems": 2}]},
+              {"const": 1}, {"enum": [-3, 1.5, 0]}]:
         neg = negate(s)
         assert neg is not None, s
         for x in samples:
