@@ -16,6 +16,7 @@ from typing import Any
 
 from recipe.conversation import (
     Conversation,
+    ConversationRequest,
     ImageSource,
     InferenceOptions,
     Message,
@@ -343,7 +344,7 @@ def _convert_messages(raw: list[dict[str, Any]], version: ModelVersion) -> list[
     return out
 
 
-def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
+def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequest:
     """A parsed body → `ConversationRequest` (raises a conversion `RequestError`)."""
     model: str = obj["model"]
     version = resolve_model(model, options)

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from recipe.conversation import Conversation, ImageSource, InferenceOptions, Message, ModelVersion, ToolCall
+from recipe.conversation import (
+    Conversation,
+    ConversationRequest,
+    ImageSource,
+    InferenceOptions,
+    Message,
+    ModelVersion,
+    ToolCall,
+)
 from recipe.errors import conversion_error
 from recipe.protocols import body_fields as bf
 from recipe.protocols import sampling
@@ -460,7 +468,7 @@ def _unanswered(index: int | str, ids: list[str], trailing: bool = False) -> NoR
     )
 
 
-def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
+def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequest:
     """A parsed body → `ConversationRequest` (raises a conversion `RequestError`)."""
     model: str = obj["model"]
     version = resolve_model(model, options)

@@ -19,6 +19,7 @@ from typing import Any
 
 from recipe.conversation import (
     Conversation,
+    ConversationRequest,
     ImageSource,
     InferenceOptions,
     Message,
@@ -520,7 +521,7 @@ def _tool_specs(obj: dict[str, Any], options: ConversionOptions, version: ModelV
     return specs
 
 
-def convert(obj: dict[str, Any], options: ConversionOptions) -> Any:
+def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequest:
     """A parsed body → `ConversationRequest` (raises a conversion `RequestError`)."""
     model: str = obj["model"]
     version = resolve_model(model, options)
