@@ -89,12 +89,10 @@ def test_greedy_answer_names_paris(smol) -> None:
     ids = tok.full.encode(CHAT, add_special_tokens=False).ids
     drv = PagedDriver(model, num_seqs=1, max_len=64, block_size=16)
     nxt = int(drv.step([(0, ids)])[-1].argmax())
-    out = []
-    for _ in range(10):
-        out.append(nxt)
-        if nxt in info.eos_token_ids:
-            break
+    out = [nxt]
+    while len(out) < 10 and nxt not in info.eos_token_ids and "Paris" not in tok.decode(out):
         nxt = int(drv.step([(0, [nxt])])[0].argmax())
+        out.append(nxt)
     assert "Paris" in tok.decode(out)
 
 
