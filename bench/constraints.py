@@ -8,7 +8,7 @@ Figures (medians, ratios against the anchors measured in the same run):
   (schema → ready matcher), per-token mask time (mean, p99) over 129,280 ids while walking a valid
   instance, compiled size.
 
-Usage: .venv/bin/python bench/constraints.py [--quick] [--write-figures]
+Usage: .venv/bin/python bench/constraints.py [--quick] [--write-figures] [--table]
 (--write-figures records the suite table in tests/constraints/suite_figures.json, which a test keeps from falling.)
 """
 
@@ -247,6 +247,23 @@ def _terminates(engine: Any, c: Any, ids: list[int]) -> bool:
     return all(m.accept_token(t) for t in ids) and m.accept_token(1) and m.is_terminated()
 
 
+def markdown_table(data: dict[str, Any]) -> str:
+    """The per-keyword-file table of suite_figures.json (README form)."""
+    rows = ["| keyword file | groups compiled | valid accepted (completeness) | invalid rejected (tightness) "
+            "| overall |", "|---|---:|---:|---:|---:|"]
+    for name, f in sorted(data["files"].items()):
+        rows.append(f"| {name} | {f['compiled']}/{f['groups']} | {f['valid_accepted']}/{f['valid']} | "
+                    f"{f['invalid_rejected']}/{f['invalid']} | {pct(f['overall'])} |")
+    t = data["total"]
+    rows.append(f"| **total** | {t['compiled']}/{t['groups']} | {t['valid_accepted']}/{t['valid']} "
+                f"({pct(t['completeness'])}) | {t['invalid_rejected']}/{t['invalid']} ({pct(t['tightness'])}) "
+                f"| **{pct(t['overall'])}** |")
+    for name, a in sorted(data.get("anchors", {}).items()):
+        rows.append(f"| *{name} used directly* | {a['compiled']}/{a['groups']} | {a['valid_accepted']}/{a['valid']} "
+                    f"| {a['invalid_rejected']}/{a['invalid']} | {pct(a['overall'])} |")
+    return "\n".join(rows)
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
@@ -255,7 +272,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--write-figures", action="store_true")
+    ap.add_argument("--table", action="store_true", help="print the recorded suite table as markdown and exit")
     args = ap.parse_args()
+    if args.table:
+        print(markdown_table(json.loads(FIGURES.read_text())))
+        return
     tok = load_deepseek_v4_tokenizer()
     remotes = load_remotes(SUITE / "remotes")
     reps = 3 if args.quick else 7

@@ -8,6 +8,7 @@ one warmed prototype matcher; each request gets a `deep_copy` of it (skips the l
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import llguidance as llg
@@ -58,11 +59,13 @@ class _Handle:
     def __init__(self, grammar: str, proto: llg.LLMatcher) -> None:
         self.grammar = grammar
         self._proto = proto
+        self._lock = threading.Lock()  # one clone at a time: requests on many threads share the prototype
         # the grammar text plus a fixed allowance for the lazily built lexer/parser state
         self.size_bytes = len(grammar) + 64 * 1024
 
     def new_matcher(self) -> _Matcher:
-        return _Matcher(self._proto.deep_copy())
+        with self._lock:
+            return _Matcher(self._proto.deep_copy())
 
 
 def grammar_text(kind: str, source: Any, *, lenient: bool) -> str:

@@ -148,3 +148,38 @@ def test_contains_is_enforced_by_a_counted_array_grammar(tok) -> None:
     for value, ok in [([1, 1], True), ([0, 1, 2, 1, 1], True), ([1], False), ([1, 1, 1, 1], False),
                       ([1, 1, "x"], False), ([], False)]:
         assert check_value(c, value, tok).accepted is ok, value
+
+
+def test_from_output_constraint_kinds(tok) -> None:
+    from recipe.constraints import from_output_constraint
+    from recipe.conversation import OutputConstraint
+
+    obj = from_output_constraint(OutputConstraint("json", ""), tok)  # response_format json_object
+    assert obj.kind == "json_object"
+    assert check_text(obj, '{"a":[1,{"b":null}]}', tok).accepted and not check_text(obj, "[1]", tok).accepted
+    sch = from_output_constraint(OutputConstraint("json", '{"type":"array","uniqueItems":true}'), tok)
+    assert sch.report is not None and sch.report.post == ("uniqueItems",)  # non-strict: post-checked
+    assert sch.validate("[1,1]") and not sch.validate("[1,2]")
+    rx = from_output_constraint(OutputConstraint("regex", "(yes|no)"), tok)
+    assert check_text(rx, "yes", tok).accepted and not check_text(rx, "maybe", tok).accepted
+    with pytest.raises(ConstraintError):
+        from_output_constraint(OutputConstraint("bogus", ""), tok)  # type: ignore[arg-type]
+
+
+def test_grammar_kind_on_both_grammar_backends(tok) -> None:
+    lark = compile_constraint("grammar", 'start: "(" NUM ("," NUM)* ")"\nNUM: /[0-9]+/\n', tok)
+    assert check_text(lark, "(1,22,333)", tok).accepted and not check_text(lark, "(1,)", tok).accepted
+    pytest.importorskip("xgrammar")
+    ebnf = compile_constraint("grammar", 'root ::= "(" num ("," num)* ")"\nnum ::= [0-9]+', tok,
+                              backend="xgrammar", strict=False)
+    assert check_text(ebnf, "(1,22,333)", tok).accepted and not check_text(ebnf, "(1,)", tok).accepted
+
+
+def test_matchers_on_many_threads_share_one_compiled_constraint(tok) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    c = compile_constraint("json_schema", {"type": "array", "items": {"type": "integer"}, "maxItems": 3}, tok)
+    texts = ["[1,2,3]", "[1,2,3,4]", "[]", '["x"]'] * 8
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda t: check_text(c, t, tok).accepted, texts))
+    assert got == [True, False, True, False] * 8
