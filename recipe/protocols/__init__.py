@@ -7,7 +7,8 @@ conversation, options, status and message for every body, including the referenc
 order. Bodies are read with orjson and checked by hand-written readers (`body_fields`,
 `json_syntax`) rather than pydantic models, because the error messages must be the reference's serde
 and serde_json messages word for word (`invalid type: string "x", expected u32`, `expected ident at
-line 1 column 2`), which pydantic's cannot be.
+line 1 column 2`), which pydantic's cannot be. Pydantic v2 models of the three bodies, for OpenAPI
+and documentation, are in `request_models` (every body the reference converts validates against them).
 
 Beyond the reference (documented divergences, the only ones):
 
