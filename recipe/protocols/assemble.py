@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 from recipe.conversation import (
     Conversation,
@@ -53,15 +52,29 @@ def settle_reasoning(
     tools (even with tool_choice `none`), as the reference does.
     """
     if not thinking:
-        return [replace(m, reasoning_content=None) if m.reasoning_content is not None else m for m in messages]
+        return [_with_reasoning(m, None) if m.reasoning_content is not None else m for m in messages]
     if options.reasoning_content_behavior == "reject":
         last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
         for i, m in enumerate(messages):
             if i > last_user and m.role == "assistant" and m.reasoning_content is None and (tools_declared or m.tool_calls):
                 raise conversion_error(missing_message)
     return [
-        replace(m, reasoning_content="") if m.role == "assistant" and m.reasoning_content is None else m for m in messages
+        _with_reasoning(m, "") if m.role == "assistant" and m.reasoning_content is None else m for m in messages
     ]
+
+
+def _with_reasoning(m: Message, reasoning: str | None) -> Message:
+    """`replace(m, reasoning_content=reasoning)` without `dataclasses.replace`'s introspection."""
+    return Message(
+        role=m.role,
+        content=m.content,
+        reasoning_content=reasoning,
+        tool_calls=m.tool_calls,
+        tool_call_id=m.tool_call_id,
+        image_sources=m.image_sources,
+        prefix=m.prefix,
+        tools=m.tools,
+    )
 
 
 def thinking_stage(messages: list[Message], thinking: bool) -> ThinkingInitialStage | None:

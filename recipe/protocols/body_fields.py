@@ -10,6 +10,7 @@ are reported after the walk.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -132,11 +133,13 @@ def opt_float32(value: Any) -> float | None:
     return None if value is None else float32(value)
 
 
-def to_f32(x: float) -> float:
-    import struct
+_F32 = struct.Struct("f")
 
+
+def to_f32(x: float) -> float:
+    """`x` rounded to the nearest 32-bit float (serde reads these fields as `f32`)."""
     try:
-        return struct.unpack("f", struct.pack("f", x))[0]
+        return float(_F32.unpack(_F32.pack(x))[0])
     except OverflowError:
         return math.copysign(math.inf, x)
 
