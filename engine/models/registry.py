@@ -70,31 +70,35 @@ def _architecture(config: dict[str, Any]) -> str:
 def load_model(
     name_or_path: str | Path = DEFAULT_MODEL,
     *,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | str = torch.float32,
     device: torch.device | str = "cpu",
 ) -> tuple[ModelForCausalLM, ModelInfo]:
     """Load "smollm2" (the default), a `.gguf` file, or a Hugging Face safetensors folder.
 
     Returns the model (eval mode, weights in `dtype` on `device`, no KV cache yet) and its `ModelInfo`.
-    Raises `CheckpointError` (a `ValueError`) with a clear message for anything it cannot load.
+    Raises `CheckpointError` (a `ValueError`) with a clear message for anything it cannot load. `dtype` may
+    be a name ("float32", "bf16", ...).
     """
+    from recipe.engine.device import parse_dtype
     from recipe.engine.models.gguf_loader import load_gguf
 
+    torch_dtype = parse_dtype(dtype)
+
     if str(name_or_path) == DEFAULT_MODEL:
-        model, info = load_gguf(smollm2_path(), dtype=dtype, device=device)
+        model, info = load_gguf(smollm2_path(), dtype=torch_dtype, device=device)
         return model, dataclasses.replace(info, name="SmolLM2-135M-Instruct")
     path = Path(name_or_path)
     if path.suffix == ".gguf":
         if not path.is_file():
             raise CheckpointError(f"GGUF file {path} not found")
-        return load_gguf(path, dtype=dtype, device=device)
+        return load_gguf(path, dtype=torch_dtype, device=device)
     if not path.is_dir():
         raise CheckpointError(f"model {str(name_or_path)!r} is neither 'smollm2', a .gguf file nor a checkpoint folder")
     config, generation, tokenizer_json = read_folder(path)
     arch = _architecture(config)
     model = build_model(arch, config)
     model.load_weights(SafetensorsCheckpoint(path))
-    finish_model(model, dtype, device)
+    finish_model(model, torch_dtype, device)
     bos = generation.get("bos_token_id", config.get("bos_token_id"))
     c = model.config
     mla = isinstance(c, DeepseekV3Config)
@@ -107,7 +111,7 @@ def load_model(
         bos_token_id=None if bos is None else int(bos),
         tokenizer_json=tokenizer_json,
         chat_format="deepseek_v4" if mla else "chatml",
-        dtype=dtype,
+        dtype=torch_dtype,
         num_layers=c.num_layers,
         hidden_size=c.hidden_size,
         num_kv_heads=1 if isinstance(c, DeepseekV3Config) else c.num_kv_heads,

@@ -93,7 +93,7 @@ def test_batched_decode_equals_single_sequence_decode(pair) -> None:
 
 def test_bf16_weights_and_cache_stay_close_to_fp32(tiny_llama_dir: Path, pair) -> None:
     model32, _, _ = pair
-    model16, info = load_model(tiny_llama_dir, dtype=torch.bfloat16)
+    model16, info = load_model(tiny_llama_dir, dtype="bf16")
     assert info.dtype == torch.bfloat16 and model16.embed_tokens.weight.dtype == torch.bfloat16
     ref = PagedDriver(model32, num_seqs=1, max_len=32).step([(0, PROMPT)])
     got = PagedDriver(model16, num_seqs=1, max_len=32, cache_dtype=torch.bfloat16).step([(0, PROMPT)])
