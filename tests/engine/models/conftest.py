@@ -76,3 +76,25 @@ def tiny_deepseek_yarn_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                          "mscale_all_dim": 1.0, "original_max_position_embeddings": 128,
                          "beta_fast": 32, "beta_slow": 1},
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_variant_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The other Llama options: biases on attention and MLP, tied embeddings, llama3 RoPE scaling, MHA."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(77)
+    cfg = LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=512, attention_bias=True, mlp_bias=True,
+        tie_word_embeddings=True, bos_token_id=1, eos_token_id=[2, 3],
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    )
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.08 if p.dim() == 2 else 0.3)
+    path = tmp_path_factory.mktemp("tiny_llama_variant")
+    model.save_pretrained(path)
+    return path

@@ -100,3 +100,18 @@ def test_bf16_weights_and_cache_stay_close_to_fp32(tiny_llama_dir: Path, pair) -
     assert got.dtype == torch.float32
     assert (got - ref).abs().max() < 0.1
     assert (got.argmax(-1) == ref.argmax(-1)).float().mean() > 0.8
+
+
+def test_biases_tied_embeddings_and_llama3_rope_match_transformers(tiny_llama_variant_dir: Path) -> None:
+    from transformers import LlamaForCausalLM
+
+    hf = LlamaForCausalLM.from_pretrained(tiny_llama_variant_dir, dtype=torch.float32).eval()
+    model, info = load_model(tiny_llama_variant_dir)
+    assert model.lm_head is None and model.layers[0].self_attn.qkv.bias is not None
+    assert info.eos_token_ids == (2, 3)
+    long_prompt = [(7 * i + 3) % 256 for i in range(90)]  # past original_max_position_embeddings (64)
+    ref = hf_logits(hf, long_prompt)
+    drv = PagedDriver(model, num_seqs=1, max_len=96)
+    torch.testing.assert_close(drv.step([(0, long_prompt[:80])]), ref[:80], atol=ATOL, rtol=0)
+    for i in range(80, 90):
+        torch.testing.assert_close(drv.step([(0, [long_prompt[i]])])[0], ref[i], atol=ATOL, rtol=0)
