@@ -125,7 +125,7 @@ class CompiledConstraint:
 class Matcher:
     """Per-request state over a `CompiledConstraint` (see the module docstring for the EOS contract)."""
 
-    __slots__ = ("_compiled", "_eos", "_history", "_m", "_terminated", "_words")
+    __slots__ = ("_compiled", "_eos", "_eos_bits", "_history", "_m", "_terminated", "_words")
 
     def __init__(self, compiled: CompiledConstraint) -> None:
         self._compiled = compiled
@@ -134,20 +134,29 @@ class Matcher:
         self._history: list[int] = []
         self._terminated = False
         self._words = bitmask.words_for(compiled.vocab_size)
+        self._eos_bits = tuple((e >> 5, np.uint32(1 << (e & 31))) for e in self._eos)
 
     def fill_bitmask(self, out: np.ndarray) -> None:
         """Fill `out` (int32, at least ceil(V/32) words; extra words are zeroed) with the allowed ids."""
-        if out.dtype != np.int32 or out.ndim != 1 or out.shape[0] < self._words:
-            raise ConstraintError(f"bitmask must be a 1-D int32 array of at least {self._words} words")
-        view = out[: self._words]
-        if out.shape[0] > self._words:
-            out[self._words :] = 0
+        words = self._words
+        if out.dtype != np.int32 or out.ndim != 1 or out.shape[0] < words:
+            raise ConstraintError(f"bitmask must be a 1-D int32 array of at least {words} words")
+        if out.shape[0] > words:
+            out[words:] = 0
+            out = out[:words]
         if self._terminated:
-            view[:] = 0
-            bitmask.set_allowed(view, self._eos)
+            out[:] = 0
+            bitmask.set_allowed(out, self._eos)
             return
-        self._m.fill(view)
-        bitmask.set_allowed(view, self._eos, self._m.accepting())
+        self._m.fill(out)
+        # EOS bits: set exactly when the matcher can terminate (scalar ops on a uint32 view: no loop over V)
+        u = out.view(np.uint32)
+        if self._m.accepting():
+            for w, b in self._eos_bits:
+                u[w] |= b
+        else:
+            for w, b in self._eos_bits:
+                u[w] &= ~b
 
     def accept(self, token_id: int) -> bool:
         token_id = int(token_id)

@@ -73,9 +73,10 @@ class XGrammarBackend:
         compiler = xgr_compiler(vocab)
         try:
             if kind == "json_schema":
-                cg = compiler.compile_json_schema(json.dumps(source), strict_mode=False)
+                cg = compiler.compile_json_schema(json.dumps(source), strict_mode=False, max_whitespace_cnt=48)
             elif kind == "json_object":
-                cg = compiler.compile_json_schema(json.dumps({"type": "object"}), strict_mode=False)
+                cg = compiler.compile_json_schema(json.dumps({"type": "object"}), strict_mode=False,
+                                                  max_whitespace_cnt=48)
             elif kind == "regex":
                 cg = compiler.compile_regex(str(source))
             elif kind == "grammar":
