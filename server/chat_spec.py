@@ -33,3 +33,52 @@ def complete_body(body: dict[str, Any]) -> dict[str, Any]:
             message = {**message, "refusal": None}
         choices.append({**c, "message": message, "logprobs": _logprobs(c.get("logprobs"))})
     return {**body, "choices": choices}
+
+
+def _merge_usage(total: dict[str, Any] | None, usage: dict[str, Any]) -> dict[str, Any]:
+    """Usage of several choices of one request: prompt counts once, completion counts add up."""
+    if total is None:
+        return dict(usage)
+    completion = total.get("completion_tokens", 0) + usage.get("completion_tokens", 0)
+    merged = {**total, "completion_tokens": completion, "total_tokens": total.get("prompt_tokens", 0) + completion}
+    details = total.get("completion_tokens_details")
+    more = usage.get("completion_tokens_details")
+    if isinstance(details, dict) and isinstance(more, dict):
+        merged["completion_tokens_details"] = {
+            k: details.get(k, 0) + more.get(k, 0) for k in {*details, *more} if isinstance(details.get(k, 0), int)
+        }
+    return merged
+
+
+class ChatUsageFraming:
+    """OpenAI's usage framing for a Chat stream, over DeepSeek's.
+
+    DeepSeek puts `usage` on each choice's final chunk, asked or not. OpenAI sends usage only when
+    `stream_options.include_usage` is set, then as one extra chunk with `choices: []` after every choice
+    has finished and before `[DONE]`, with `"usage": null` on all other chunks. This rewrites the final
+    chunks accordingly and emits that extra chunk (one per request, summed over `n` choices).
+    """
+
+    def __init__(self, include_usage: bool) -> None:
+        self.include_usage = include_usage
+        self.usage: dict[str, Any] | None = None
+        self.envelope: dict[str, Any] | None = None
+
+    def chunk(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The chunk to send in place of `data` (spec-completed, usage moved out)."""
+        data = complete_chunk(data)
+        usage = data.get("usage")
+        if isinstance(usage, dict) and data.get("choices"):
+            self.usage = _merge_usage(self.usage, usage)
+            self.envelope = data
+        if isinstance(usage, dict) or (not self.include_usage and "usage" in data):
+            data = {**data, "usage": None} if self.include_usage else {k: v for k, v in data.items() if k != "usage"}
+        return data
+
+    def usage_chunk(self) -> dict[str, Any] | None:
+        """The final `choices: []` chunk (once), or None when usage was not asked for or is not known yet."""
+        if not self.include_usage or self.usage is None or self.envelope is None:
+            return None
+        chunk = {**self.envelope, "choices": [], "usage": self.usage}
+        self.usage = None
+        return chunk

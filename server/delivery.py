@@ -12,12 +12,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
-from recipe.server.chat_spec import complete_chunk
+from recipe.server.chat_spec import ChatUsageFraming
 from recipe.server.errors import ApiError
 from recipe.server.pipeline import Generation, GenerationTimeout, Pipeline
 from recipe.server.sse import SSEResponse, until_disconnect
 from starlette.requests import Request
 from starlette.responses import Response
+
+from recipe.stream.sse import done_event
 
 log = logging.getLogger("recipe.server")
 
@@ -36,17 +38,31 @@ def _frame(event: Any) -> bytes:
     return bytes(event.sse())
 
 
-def _chat_frame(event: Any) -> bytes:
-    if event.name is None and not event.done:
-        data = complete_chunk(event.data)
-        if data is not event.data:
-            return b"data: " + orjson.dumps(data) + b"\n\n"
-    return bytes(event.sse())
+def _chat_framer(gen: Generation) -> Callable[[Any], bytes]:
+    """Frames Chat events with OpenAI's usage framing (see `ChatUsageFraming`)."""
+    framing = ChatUsageFraming(bool(gen.request.include_usage))
+
+    def frame(event: Any) -> bytes:
+        if event.done:
+            usage = framing.usage_chunk()
+            head = b"data: " + orjson.dumps(usage) + b"\n\n" if usage is not None else b""
+            return head + bytes(event.sse())
+        if event.name is None:
+            data = framing.chunk(event.data)
+            if data is not event.data:
+                return b"data: " + orjson.dumps(data) + b"\n\n"
+        return bytes(event.sse())
+
+    return frame
 
 
-def _done_frames(gen: Generation) -> list[bytes]:
+def _done_frames(gen: Generation, frame: Callable[[Any], bytes]) -> list[bytes]:
     """Chat with several choices ends with one `[DONE]` after all of them (each processor omits its own)."""
-    return [b"data: [DONE]\n\n"] if gen.api == "chat" and len(gen.processors) > 1 else []
+    if gen.api == "chat" and len(gen.processors) > 1:
+        return [frame(done_event())]
+    return []
+
+
 
 
 async def stream_response(
@@ -65,7 +81,7 @@ async def stream_response(
         gen.release()
         raise
 
-    frame = _chat_frame if gen.api == "chat" else _frame
+    frame = _chat_framer(gen) if gen.api == "chat" else _frame
 
     async def frames() -> AsyncIterator[bytes]:
         try:
@@ -74,7 +90,7 @@ async def stream_response(
                 yield b"".join(frame(event) for _, event in first)
                 async for batch in batches:
                     yield b"".join(frame(event) for _, event in batch)
-            for done in _done_frames(gen):
+            for done in _done_frames(gen, frame):
                 yield done
             if on_complete is not None:
                 await on_complete(gen)

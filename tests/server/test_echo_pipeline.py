@@ -6,6 +6,7 @@ The echo backend repeats the prompt's plain tokens, so every expected text is co
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -73,10 +74,13 @@ def test_chat_create_and_stream_agree(oa: openai.OpenAI, backend: EchoBackend, s
                                              stream_options={"include_usage": True}, extra_body=NO_THINK))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == r.choices[0].message.content
-    # DeepSeek's framing (the reference's): the usage rides on the last chunk
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7
-    assert all(c.usage is None for c in chunks[:-1])
+    # OpenAI's framing: one extra chunk with choices [] carries the usage, every other chunk has null
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7
+    assert all(c.usage is None for c in chunks[:-1]) and all(c.choices for c in chunks[:-1])
     assert len({c.id for c in chunks}) == 1
+    unasked = list(oa.chat.completions.create(model=MODEL, messages=msgs, max_tokens=7, stream=True,  # type: ignore[arg-type]
+                                              extra_body=NO_THINK))
+    assert all(c.usage is None and c.choices for c in unasked)
 
 
 def test_chat_n_choices(oa: openai.OpenAI) -> None:
@@ -89,6 +93,14 @@ def test_chat_n_choices(oa: openai.OpenAI) -> None:
                       json={"model": MODEL, "messages": msgs, "max_tokens": 3, "n": 2, "stream": True, **NO_THINK}) as s:
         frames = [line for line in s.iter_lines() if line.startswith("data: ")]
     assert frames[-1] == "data: [DONE]" and frames.count("data: [DONE]") == 1
+    with httpx.stream("POST", str(oa.base_url) + "chat/completions", headers={"authorization": f"Bearer {KEY}"},
+                      json={"model": MODEL, "messages": msgs, "max_tokens": 3, "n": 2, "stream": True,
+                            "stream_options": {"include_usage": True}, **NO_THINK}) as s:
+        chunks = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
+    usage_chunks = [c for c in chunks if c["usage"] is not None]
+    assert len(usage_chunks) == 1 and usage_chunks[0] is chunks[-1] and chunks[-1]["choices"] == []
+    assert usage_chunks[0]["usage"]["completion_tokens"] == 6
+    assert usage_chunks[0]["usage"]["total_tokens"] == usage_chunks[0]["usage"]["prompt_tokens"] + 6
 
 
 def test_messages_create_stream_and_count_tokens(an: anthropic.Anthropic) -> None:
