@@ -55,11 +55,12 @@ def dsml_calls(rng: random.Random, v41: bool, n: int) -> str:
 
 def make_case(rng: random.Random, i: int) -> dict[str, Any]:
     api = ["chat", "messages", "responses"][i % 3]
-    kind = rng.choice(["plain", "thinking", "tool", "tools", "stop", "stop_split", "length", "json", "special"])
+    kind = rng.choice(["plain", "thinking", "tool", "tools", "stop", "stop_split", "length", "json", "special",
+                       "prefix", "required"])
     v41 = rng.random() < 0.35
     model = "DeepSeek-V4.1-Flash" if v41 else "DeepSeek-V4-Pro"
-    thinking = kind in ("thinking", "tool", "tools") or (kind in ("special", "length") and rng.random() < 0.5)
-    tools = kind in ("tool", "tools") or rng.random() < 0.15
+    thinking = kind in ("thinking", "tool", "tools", "prefix") or (kind in ("special", "length") and rng.random() < 0.5)
+    tools = (kind in ("tool", "tools", "required") or rng.random() < 0.15) and kind != "prefix"
     user = "Weather in Paris? Answer in JSON." if kind == "json" else "Weather in Paris?"
     body: dict[str, Any] = {"model": model, "stream": True}
     if api == "chat":
@@ -89,6 +90,20 @@ def make_case(rng: random.Random, i: int) -> dict[str, Any]:
             body["tools"] = [{"name": n, "input_schema": params} for n in TOOL_NAMES]
         else:
             body["tools"] = [{"type": "function", "name": n, "parameters": params} for n in TOOL_NAMES]
+    prefix_reasoning = kind == "prefix" and rng.random() < 0.5
+    if kind == "prefix" and api != "responses":
+        # prefix continuation: the answer (or the reasoning) continues an assistant message
+        msg: dict[str, Any] = {"role": "assistant", "content": "" if prefix_reasoning else "It is"}
+        if api == "chat":
+            msg["prefix"] = True
+            if prefix_reasoning:
+                msg["reasoning_content"] = "The user asks"
+        else:
+            msg["content"] = [{"type": "thinking", "thinking": "The user asks", "signature": "s"}] if prefix_reasoning \
+                else "It is"
+        body["messages"].append(msg)
+    if kind == "required":
+        body["tool_choice"] = {"chat": "required", "messages": {"type": "any"}, "responses": "required"}[api]
     stop: list[str] = []
     if kind in ("stop", "stop_split"):
         stop = rng.sample(["END", "STOP", "\n\n", "sunny", "中文", "x="], rng.randint(1, 2))
@@ -102,10 +117,17 @@ def make_case(rng: random.Random, i: int) -> dict[str, Any]:
             body["text"] = {"format": {"type": "json_object"}}
     # model output
     text = ""
-    if thinking:
+    if kind == "required":  # the prompt opened the tool-call block; output continues inside it
+        block = dsml_calls(rng, v41, rng.randint(1, 2))
+        text = block[block.index(">\n") + 2 :] + rng.choice(["", "\ntail"])
+    elif kind == "prefix" and not prefix_reasoning and api != "responses":
+        text = rng.choice(["", "\n", " "]) + words(rng, 1, 10)
+    elif thinking:
         text += rng.choice(["", "\n", "\n\n"]) + words(rng, 0, 12) + rng.choice(["", "\n", "\n\n"]) + "</think>"
         text += rng.choice(["", "\n", "\n\n"])
-    if kind == "json":
+    if kind == "required":
+        pass
+    elif kind == "json":
         value = json.dumps({"city": "Paris", "temp": [21, 22.5], "s": "a}b"}, ensure_ascii=False)
         text += rng.choice(["", "Sure: ", "Here:\n```json\n", "```json\n"]) + value
         text += rng.choice(["", "\n```", "\n```\nDone.", " thanks"])
@@ -117,7 +139,7 @@ def make_case(rng: random.Random, i: int) -> dict[str, Any]:
     if kind in ("stop", "stop_split") and stop and api != "responses":
         pos = rng.randint(0, len(text))
         text = text[:pos] + rng.choice(stop) + text[pos:] + " after " + words(rng, 1, 5)
-    if kind in ("tool", "tools") or (tools and rng.random() < 0.5):
+    if kind != "required" and (kind in ("tool", "tools") or (tools and rng.random() < 0.5)):
         text += rng.choice(["", "\n\n", "\n"]) + dsml_calls(rng, v41 if rng.random() < 0.8 else not v41,
                                                            1 if kind != "tools" else rng.randint(2, 3))
         if rng.random() < 0.2:

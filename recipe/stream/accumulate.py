@@ -34,12 +34,13 @@ def accumulate_chat(events: list[Event], *, created: int) -> dict[str, Any]:
             if delta.get("content") is not None:
                 st["content"].append(delta["content"])
             for key in ("reasoning_content", "reasoning"):
-                if key in delta:
-                    st["reasoning_key"] = st["reasoning_key"] or key
+                # the message has reasoning once a delta carried a reasoning string (even "")
+                value = delta.get(key)
+                if value is not None and st["reasoning_key"] in (None, key):
+                    st["reasoning_key"] = key
                     if st["reasoning"] is None:
                         st["reasoning"] = []
-                    if delta[key] is not None and key == st["reasoning_key"]:
-                        st["reasoning"].append(delta[key])
+                    st["reasoning"].append(value)
             for call in delta.get("tool_calls") or []:
                 c = st["calls"].setdefault(call["index"], {"index": call["index"], "id": None, "type": "function",
                                                             "function": {"name": "", "arguments": ""}})

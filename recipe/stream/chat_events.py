@@ -97,11 +97,16 @@ class ChatEventBuilder:
             data["usage"] = None
         return Event(None, data)
 
-    def start(self) -> list[Event]:
+    def start(self, in_reasoning: bool = True) -> list[Event]:
+        """The role chunk; with thinking on, `in_reasoning` says whether output starts in the reasoning
+        (a continued answer starts with `content: ""` instead)."""
         delta: dict[str, Any] = {"role": "assistant"}
-        if self.thinking:
+        if self.thinking and in_reasoning:
             delta["content"] = None
             self._reasoning(delta, "")
+        elif self.thinking:
+            delta["content"] = ""
+            self._reasoning(delta, None)
         else:
             delta["content"] = ""
         return [self._chunk(delta)]

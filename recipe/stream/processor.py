@@ -149,7 +149,7 @@ class StreamProcessor:
             return []
         self._started = True
         if self._chat is not None:
-            return self._chat.start()
+            return self._chat.start(in_reasoning=self.parser.starts_in_reasoning)
         if self._messages is not None:
             return self._messages.start(self.usage)
         assert self._responses is not None

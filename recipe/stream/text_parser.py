@@ -87,6 +87,7 @@ class OutputTextParser:
         self._pending: list[_Segment] = []
         self._json = JsonOutputFilter() if options.parse_json_output else None
         self._strip_leading = False
+        self.starts_in_reasoning = False
         self._token_markers = False
         self._fast: dict[int, tuple[re.Pattern[str], bool]] = {}
         self._marks_cache: dict[tuple[int, bool, bool], list[str]] = {}
@@ -96,6 +97,7 @@ class OutputTextParser:
             self._tools = self._new_tool_parser()
             self._tools.feed(self._tool_block_opener())
         elif self.thinking and stage is not None and stage.starts_in_reasoning():
+            self.starts_in_reasoning = True
             self._mode = _REASONING
             self._strip_leading = stage is ThinkingInitialStage.REASONING_START
         else:
@@ -162,6 +164,10 @@ class OutputTextParser:
         self._think_end = THINK_END_SENTINEL
         if self._tool_open is not None:
             self._tool_open = "<" + DSML_SENTINEL
+        if self._mode == _TOOLS and self._tools is not None and not self._tools.call_count:
+            # started inside the block (required tool choice): restart the block parser on token markers
+            self._tools = self._new_tool_parser()
+            self._tools.feed(self._tool_block_opener())
 
     def _new_tool_parser(self) -> ToolCallParser:
         if self.output_format == "chatml":
