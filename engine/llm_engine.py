@@ -1,8 +1,9 @@
 """The engine loop: add requests, `step()` them, collect output deltas.
 
-In asynchronous mode (`async_scheduling=True`, the default) the model runs on its own thread: `step()`
-schedules and prepares step N+1 and submits it while step N runs, then post-processes step N while N+1
-runs, so the CPU work of scheduling and post-processing hides behind the model. Tokens are identical in
+The model runs on its own thread (the "model thread") in both modes. In asynchronous mode
+(`async_scheduling=True`, the default) `step()` schedules and prepares step N+1 and submits it while step N
+runs, then post-processes step N while N+1 runs, so the CPU work of scheduling and post-processing hides
+behind the model; in synchronous mode each step waits for its own result. Tokens are identical in
 both modes; a sequence that ends in step N may take part in step N+1, whose result for it is dropped.
 """
 
@@ -69,8 +70,10 @@ class LLMEngine:
                                    max_model_len=self.max_model_len)
         self.runner = ModelRunner(self.model, block_size=cfg.block_size, num_blocks=num_blocks,
                                   dtype=self.dtype, device=self.device)
-        self._executor = (ThreadPoolExecutor(1, thread_name_prefix="recipe-model", initializer=devices.set_num_threads,
-                                             initargs=(self.num_threads,)) if cfg.async_scheduling else None)
+        # The model always runs on this one thread (so both modes run it alike); only async mode overlaps.
+        self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            1, thread_name_prefix="recipe-model", initializer=devices.set_num_threads, initargs=(self.num_threads,))
+        self.async_scheduling = cfg.async_scheduling
         self._inflight: deque[tuple[SchedulerOutput, Future[StepResult]]] = deque()
         self.requests: dict[str, list[Sequence]] = {}
         self._first_token_time: dict[int, float] = {}
@@ -127,11 +130,13 @@ class LLMEngine:
     # ----- stepping -------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Run one step; returns the output deltas of the step that completed (if any)."""
-        sched = self.scheduler.schedule()
         if self._executor is None:
+            raise RuntimeError("the engine was shut down")
+        sched = self.scheduler.schedule()
+        if not self.async_scheduling:
             if not sched:
                 return []
-            return self._postprocess(sched, self.runner.execute(self.runner.prepare(sched)))
+            return self._postprocess(sched, self._executor.submit(self.runner.execute, self.runner.prepare(sched)).result())
         if sched:
             self._inflight.append((sched, self._executor.submit(self.runner.execute, self.runner.prepare(sched))))
         if len(self._inflight) > 1 or (self._inflight and not sched):
