@@ -82,17 +82,22 @@ def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
 
 
 def interleaved_medians(
-    fns: list[Callable[[], Any]], repeats: int, cpu: list[float] | None = None
+    fns: list[Callable[[], Any]], repeats: int, cpu: list[float] | None = None, warm: bool = False
 ) -> list[tuple[float, Any]]:
     """Median wall time of each function, run in turn within every repetition (load drifts hit all alike).
 
-    With `cpu`, the median process CPU time of each function (all threads) is appended to it.
+    With `warm`, each timed call follows an untimed call of the same function: small inputs are
+    otherwise dominated by CPU caches left cold by the previous candidate (a tokenizer's vocabulary
+    tables are megabytes). With `cpu`, the median process CPU time of each function (all threads) is
+    appended to it.
     """
     times: list[list[float]] = [[] for _ in fns]
     cpu_times: list[list[float]] = [[] for _ in fns]
     results: list[Any] = [None] * len(fns)
     for _ in range(repeats):
         for i, fn in enumerate(fns):
+            if warm:
+                fn()
             start, start_cpu = time.perf_counter(), time.process_time()
             results[i] = fn()
             times[i].append(time.perf_counter() - start)
@@ -138,6 +143,7 @@ def measure_encode(sizes: list[int]) -> list[dict[str, Any]]:
             ],
             reps,
             cpu,
+            warm=chars <= 100_000,
         )
         if rec_ids != ref_ids:
             raise SystemExit(f"ids differ from the reference at {chars} chars")
@@ -172,6 +178,7 @@ def measure_sweep() -> None:
                 lambda text=text, seg=seg: tok.segments.encode(text, segment_chars=seg, threshold_chars=0),
             ],
             25,
+            warm=True,
         )
         print(f"{chars:>9} {t_one * 1e3:>12.2f} {t_seg * 1e3:>13.2f} {t_one / t_seg:>19.2f}")
     text = mixed_text(1_000_000, seed=1)
