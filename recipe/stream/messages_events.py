@@ -85,6 +85,9 @@ class MessagesEventBuilder:
         return events
 
     def piece(self, piece: Piece) -> list[Event]:
+        kind = type(piece)
+        if kind is ContentPiece and self._open == "text" and self.use_templates:
+            return [Event("content_block_delta", None, False, _TEXT.render(self._index, piece.text))]  # type: ignore[union-attr]
         if isinstance(piece, ReasoningPiece):
             events: list[Event] = []
             if self._open != "thinking":

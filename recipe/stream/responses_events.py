@@ -165,9 +165,13 @@ class ResponsesEventBuilder:
         return events
 
     def piece(self, piece: Piece) -> list[Event]:
+        item = self._item
+        cur = item["type"] if item is not None else None
+        if type(piece) is ContentPiece and cur == "message" and self.use_templates and not piece.logprobs:
+            self._text.append(piece.text)
+            return [self._templated("response.output_text.delta", piece.text, item["id"], len(self._output))]  # type: ignore[index]
         idx = len(self._output)
         rid = self.response_id
-        cur = self._item["type"] if self._item is not None else None
         if isinstance(piece, ReasoningPiece):
             events: list[Event] = []
             if cur != "reasoning":
