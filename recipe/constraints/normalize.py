@@ -48,6 +48,7 @@ class Normalized:
     recursive: bool = False
     negations: bool = True
     keep_defs: bool = False
+    loosened: set[str] = field(default_factory=set)  # keywords the result enforces less strictly
 
 
 class _Recursive(Exception):
@@ -175,6 +176,14 @@ def _simplify(s: Any, out: Normalized) -> Any:
             cond, then, els = s.pop("if"), s.pop("then", True), s.pop("else", True)
             conj.append({"anyOf": [{"allOf": [cond, then]}, {"allOf": [neg, els]}]})
             out.rewritten.update(("if", "then", "else"))
+    elif "if" in s and "then" not in s and "else" not in s:
+        # `if` alone never fails an instance; it only adds annotations for unevaluated* (here or above)
+        if "unevaluatedProperties" in s or "unevaluatedItems" in s:
+            conj.append({"anyOf": [s.pop("if"), {}]})
+            out.rewritten.add("if")
+        elif out.negations:
+            s.pop("if")
+            out.rewritten.add("if")
     elif "if" not in s:
         s.pop("then", None), s.pop("else", None)
     if "not" in s and out.negations:
@@ -202,6 +211,11 @@ def _simplify(s: Any, out: Normalized) -> Any:
                 {"allOf": [b, *[negs[j] for j in range(len(branches)) if j != i]]} for i, b in enumerate(branches)
             ]})
             out.rewritten.add("oneOf")
+    if isinstance(s.get("anyOf"), list):
+        branches = [b for b in s["anyOf"] if b is not False]
+        if not branches:
+            return False
+        s["anyOf"] = branches
     if isinstance(s.get("allOf"), list):
         conj.extend(s.pop("allOf"))
     if conj:
@@ -253,6 +267,11 @@ def _distribute(s: Any, out: Normalized, budget: int = _MAX_BRANCHES) -> Any:
     rest = dict(s)
     if isinstance(s.get("anyOf"), list):
         branches = rest.pop("anyOf")
+    elif isinstance(s.get("oneOf"), list) and 0 < len(s["oneOf"]) <= budget:
+        # resolving unevaluated* needs the branches side by side: oneOf is loosened to anyOf, so the
+        # report lists oneOf as post-checked (the output is validated afterwards)
+        branches = rest.pop("oneOf")
+        out.loosened.add("oneOf")
     elif isinstance(s.get("allOf"), list):
         for i, x in enumerate(s["allOf"]):
             if isinstance(x, dict) and set(x) == {"anyOf"} and isinstance(x["anyOf"], list):
@@ -365,7 +384,9 @@ def _merge_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | Litera
     ):
         return None
     both_arrays = any(k in a for k in _ARRAY_SHAPE) and any(k in b for k in _ARRAY_SHAPE)
-    if both_arrays and (
+    tuples = (isinstance(a.get("prefixItems"), list) and isinstance(b.get("prefixItems"), list)
+              and not {"items", "contains"} & (set(a) | set(b)) and "unevaluatedItems" not in b)
+    if both_arrays and not tuples and (
         not (set(a) & set(b) & set(_ARRAY_SHAPE)) <= {"items"} or "prefixItems" in a or "prefixItems" in b
     ):
         return None
@@ -408,6 +429,10 @@ def _merge_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | Litera
             for pk, pv in v.items():
                 props[pk] = merge_all([props[pk], pv]) if pk in props else pv
             m[k] = props
+        elif k == "prefixItems" and isinstance(cur, list) and isinstance(v, list):
+            # position i must satisfy both tuples' schemas; the longer tuple's extra positions carry over
+            n = max(len(cur), len(v))
+            m[k] = [merge_all([*cur[i : i + 1], *v[i : i + 1]]) for i in range(n)]
         elif k == "items" and isinstance(cur, dict | bool) and isinstance(v, dict | bool):
             m[k] = merge_all([cur, v])
         elif k == "anyOf":

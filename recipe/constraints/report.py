@@ -95,6 +95,8 @@ def build_report(original: Any, norm: Normalized, strict_error: str | None) -> S
             continue
         if k == "$ref" and norm.unresolved_refs:
             unsupported.append(k)
+        elif k in norm.loosened:
+            post.append(k)
         elif strict_error is None:
             exact.append(k)
         elif k in remaining and (k in named or k not in MASK_KEYWORDS):
@@ -108,7 +110,7 @@ def build_report(original: Any, norm: Normalized, strict_error: str | None) -> S
         post = [k for k in exact if k in remaining and k not in ("type", "properties", "required")] or exact
         exact = [k for k in exact if k not in post]
     return SchemaReport(
-        enforced_exactly=strict_error is None and not unsupported,
+        enforced_exactly=strict_error is None and not unsupported and not norm.loosened,
         exact=tuple(exact),
         post=tuple(post),
         unsupported=tuple(unsupported),

@@ -38,8 +38,10 @@ def test_normalised_schemas_accept_exactly_the_suite_instances(suite_dir, remote
                 got = validator.is_valid(t["data"])
                 checked += 1
                 if got != t["valid"]:
-                    assert not got, f"normalisation widened {g['description']!r}: {t['description']!r}"
-                    subset.add((g["description"], t["description"]))
+                    # widening only where declared (oneOf loosened to anyOf, listed as post-checked)
+                    assert not got or n.loosened, f"normalisation widened {g['description']!r}: {t['description']!r}"
+                    if not got:
+                        subset.add((g["description"], t["description"]))
     assert subset <= KNOWN_SUBSET
     assert checked > 1200
 
