@@ -149,7 +149,15 @@ class Matcher:
             bitmask.set_allowed(out, self._eos)
             return
         self._m.fill(out)
-        # EOS bits: set exactly when the matcher can terminate (scalar ops on a uint32 view: no loop over V)
+        self.fix_eos_bits(out)
+
+    def fix_eos_bits(self, out: np.ndarray) -> None:
+        """After the backend filled `out` (exactly ceil(V/32) words): EOS bits ⇔ can terminate."""
+        if self._terminated:
+            out[:] = 0
+            bitmask.set_allowed(out, self._eos)
+            return
+        # scalar ops on a uint32 view: no loop over the vocabulary
         u = out.view(np.uint32)
         if self._m.accepting():
             for w, b in self._eos_bits:
@@ -200,6 +208,10 @@ class Matcher:
 
     def is_terminated(self) -> bool:
         return self._terminated
+
+    @property
+    def backend_matcher(self) -> BackendMatcher:
+        return self._m
 
     @property
     def accepted_ids(self) -> tuple[int, ...]:

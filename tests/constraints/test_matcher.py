@@ -183,3 +183,22 @@ def test_matchers_on_many_threads_share_one_compiled_constraint(tok) -> None:
     with ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda t: check_text(c, t, tok).accepted, texts))
     assert got == [True, False, True, False] * 8
+
+
+def test_batched_fill_equals_one_by_one(tok) -> None:
+    from recipe.constraints.batch import fill_bitmasks
+
+    schemas = [{"type": "integer"}, {"type": "object", "properties": {"a": {"type": "string"}}}, {"enum": ["x", 1]}]
+    cs = [compile_constraint("json_schema", s, tok) for s in schemas] + [compile_constraint("regex", "ab+", tok)]
+    ms = [c.matcher() for c in cs]
+    prefixes = ["12", '{"a":"q', '"x"', "abb"]
+    for m, p in zip(ms, prefixes, strict=True):
+        assert m.accept_many(tok.encode_plain(p)) == len(tok.encode_plain(p))
+    assert ms[2].accept(1)  # terminated row
+    batch = np.zeros((6, 4040), dtype=np.int32)
+    fill_bitmasks([*ms, None], batch)
+    for i, m in enumerate(ms):
+        one = np.zeros(4040, dtype=np.int32)
+        m.fill_bitmask(one)
+        assert np.array_equal(batch[i], one), i
+    assert (batch[4] == -1).all() and (batch[5] == 0).all()
