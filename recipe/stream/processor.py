@@ -108,6 +108,10 @@ class StreamProcessor:
         if isinstance(update, Ready):
             return self._record(self._ready(update))
         if isinstance(update, Finish):
+            if update.reason not in ("stop", "length", "content_filter"):
+                raise StreamInputError(
+                    f"unknown finish reason {update.reason!r}: expected 'stop', 'length' or 'content_filter'"
+                )
             return self._record(self._finish(update.reason, explicit=True))
         raise StreamInputError(f"unknown backend update {type(update).__name__}")
 

@@ -84,6 +84,13 @@ def test_token_update_without_tokenizer_is_rejected() -> None:
         processor("chat").feed(TokenUpdate([1, 2]))
 
 
+def test_unknown_finish_reason_is_rejected() -> None:
+    proc = processor("messages")
+    proc.feed(TextUpdate("x", 1))
+    with pytest.raises(StreamInputError, match="unknown finish reason 'abort'"):
+        proc.feed(Finish("abort"))  # type: ignore[arg-type]
+
+
 def test_ready_after_output_is_rejected() -> None:
     proc = processor("chat")
     proc.feed(TextUpdate("x", 1))
