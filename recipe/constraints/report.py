@@ -86,7 +86,11 @@ def build_report(original: Any, norm: Normalized, strict_error: str | None) -> S
     used = sorted(set(keywords(original)))
     remaining = set(keywords(norm.schema))
     annotations = tuple(k for k in used if k in ANNOTATIONS)
-    named = set(re.findall(r"[$A-Za-z]+", strict_error or ""))
+    msg = re.sub(r"min/max(\w+)", r"min\1 max\1", strict_error or "")
+    named = set(re.findall(r"[$A-Za-z]+", msg)) & set(used)
+    specific = named - {"type", "properties", "required", "items"}
+    if specific:
+        named = specific  # "min/maxProperties only supported when all keys listed in properties…" names both
     exact: list[str] = []
     post: list[str] = []
     unsupported: list[str] = []

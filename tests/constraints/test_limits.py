@@ -96,3 +96,14 @@ def test_compiled_constraints_are_cached(tok) -> None:
     b = compile_constraint("json_schema", '{"minimum": 3, "type": "integer"}', tok, cache=cache)
     assert a is b and cache.hits == 1
     assert 0 < cache.size_bytes <= 1 << 20
+
+
+def test_report_names_the_keyword_the_backend_refused(tok) -> None:
+    from recipe.constraints import schema_report
+
+    r = schema_report({"type": "object", "properties": {"a": {"type": "string"}}, "minProperties": 1}, tok)
+    assert r.post == ("minProperties",) and set(r.exact) == {"type", "properties"}
+    r = schema_report({"type": "string", "format": "phone"}, tok)
+    assert r.post == ("format",) and "phone" in r.backend_message
+    r = schema_report({"type": "object", "dependentRequired": {"a": ["b"]}, "title": "t"}, tok)
+    assert r.enforced_exactly and "dependentRequired" in r.rewritten and r.annotations == ("title",)
