@@ -43,15 +43,14 @@ def _chat_framer(gen: Generation) -> Callable[[Any], bytes]:
     framing = ChatUsageFraming(bool(gen.request.include_usage))
 
     def frame(event: Any) -> bytes:
+        raw = bytes(event.sse())
         if event.done:
             usage = framing.usage_chunk()
-            head = b"data: " + orjson.dumps(usage) + b"\n\n" if usage is not None else b""
-            return head + bytes(event.sse())
-        if event.name is None:
-            data = framing.chunk(event.data)
-            if data is not event.data:
-                return b"data: " + orjson.dumps(data) + b"\n\n"
-        return bytes(event.sse())
+            return (b"data: " + orjson.dumps(usage) + b"\n\n" if usage is not None else b"") + raw
+        # Only a chunk with a usage or logprobs object needs rewriting; the rest keep their pre-rendered bytes.
+        if event.name is None and (b'"usage":{' in raw or b'"logprobs":{' in raw):
+            return b"data: " + orjson.dumps(framing.chunk(event.data)) + b"\n\n"
+        return raw
 
     return frame
 
