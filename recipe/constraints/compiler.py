@@ -101,15 +101,17 @@ def schema_report(schema: Any, tokenizer: Tokenizer, *, eos_token_ids: tuple[int
     return build_report(schema, norm, err)
 
 
-def _compile_contains(spec: Any, norm: Any, vocab: Vocabulary, strict: bool, t0: float) -> CompiledConstraint | None:
-    """Top-level `contains` as a counted-array grammar (exact when its parts compile strictly)."""
-    from recipe.constraints.contains_grammar import contains_lark
-
+def _compile_lark(spec: Any, norm: Any, vocab: Vocabulary, strict: bool, t0: float,
+                  builder: Any) -> CompiledConstraint | None:
+    """A schema part no backend masks natively, written as a Lark grammar by `builder` (top-level
+    `contains` as counted arrays, overlapping `patternProperties` as disjoint key regions); exact when the
+    grammar's embedded schemas compile strictly."""
     backend = get_backend("llguidance")
+    err = ""
     for lenient in (False, True):
         if lenient and strict:
             return None
-        lark = contains_lark(norm.schema, lenient=lenient)
+        lark = builder(norm.schema, lenient=lenient)
         if lark is None:
             return None
         try:
@@ -137,11 +139,18 @@ def _compile(kind: str, spec: Any, vocab: Vocabulary, backend_name: str, strict:
             empty = build_report(spec, norm, None)
             return CompiledConstraint(kind, backend_name, NothingHandle(), vocab, spec, empty, spec,
                                       time.perf_counter() - t0)
+        from recipe.constraints.contains_grammar import contains_lark
+        from recipe.constraints.pattern_properties_grammar import pattern_properties_lark
+
         if backend_name == "llguidance":
-            counted = _compile_contains(spec, norm, vocab, strict, t0)
+            counted = _compile_lark(spec, norm, vocab, strict, t0, contains_lark)
             if counted is not None:
                 return counted
         handle, err = _strict_probe(norm.schema, vocab) if backend_name == "llguidance" or strict else (None, None)
+        if err is not None and backend_name == "llguidance" and "disjoint" in err:
+            regions = _compile_lark(spec, norm, vocab, strict, t0, pattern_properties_lark)
+            if regions is not None:
+                return regions
         report = build_report(spec, norm, err) if (backend_name == "llguidance" or strict) else None
         if strict and report is not None and not report.enforced_exactly:
             raise ConstraintError(report.refusal())

@@ -202,3 +202,13 @@ def test_batched_fill_equals_one_by_one(tok) -> None:
         m.fill_bitmask(one)
         assert np.array_equal(batch[i], one), i
     assert (batch[4] == -1).all() and (batch[5] == 0).all()
+
+
+def test_overlapping_pattern_properties_become_disjoint_key_regions(tok) -> None:
+    schema = {"type": "object", "patternProperties": {"^a": {"type": "integer"}, "b$": {"maximum": 20}},
+              "additionalProperties": False}
+    c = compile_constraint("json_schema", schema, tok, strict=True)  # llguidance alone refuses: not disjoint
+    assert c.report is not None and c.report.enforced_exactly and "lark" in c.extra
+    for value, ok in [({"a1": 5}, True), ({"ab": 15}, True), ({"ab": 25}, False), ({"ab": 1.5}, False),
+                      ({"xb": 30}, False), ({"xb": "s"}, True), ({"zz": 1}, False), ({}, True)]:
+        assert check_value(c, value, tok).accepted is ok, value
