@@ -88,3 +88,13 @@ def test_unpermute_inverts_llama_cpp_permutation() -> None:
         hf = torch.randn(heads * 8, 5)
         gguf = hf.reshape(heads, 2, 4, 5).transpose(1, 2).reshape(heads * 8, 5)
         assert torch.equal(unpermute_rope_rows(gguf, heads), hf)
+
+
+def test_gguf_tokenizer_kinds_outside_byte_level_bpe_are_refused() -> None:
+    from recipe.engine.models.gguf_tokenizer import tokenizer_json_from_gguf
+
+    with pytest.raises(CheckpointError, match="tokenizer model 'llama' is not supported"):
+        tokenizer_json_from_gguf({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["a"]})
+    with pytest.raises(CheckpointError, match="pre-tokenizer 'qwen2' is not supported"):
+        tokenizer_json_from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2",
+                                  "tokenizer.ggml.tokens": ["a"]})
