@@ -158,7 +158,7 @@ class Pipeline:
             return dataclasses.replace(request, parsing_options=dataclasses.replace(po, starts_in_tool_calls=False))
         return request
 
-    async def compile_constraint(self, request: Any) -> Any:
+    async def compile_constraint(self, request: Any, single_tool_call: bool = False) -> Any:
         oc = request.inference_options.output_constraint
         if oc is None:
             return None
@@ -172,7 +172,8 @@ class Pipeline:
         fmt = self.backend.model.chat_format
         tool_format = {"chatml": "chatml", "deepseek_v4": "dsml_v4", "deepseek_v41": "dsml_v41"}[fmt]
         thinking = fmt != "chatml" and request.parsing_options.thinking_initial_stage is not None
-        key = (oc, thinking)
+        single = single_tool_call and oc.kind in ("tool_call", "tool_call_required")
+        key = (oc, thinking, single)
         cached = self._constraints.get(key)
         if cached is not None:
             self._constraints.move_to_end(key)
@@ -180,7 +181,7 @@ class Pipeline:
         try:
             compiled = await asyncio.to_thread(
                 constraints.from_output_constraint, oc, self.backend.model.tokenizer,
-                tool_format=tool_format, thinking=thinking,
+                tool_format=tool_format, thinking=thinking, single_tool_call=single,
             )
         except constraints.ConstraintError as exc:
             raise ApiError(400, f"Cannot enforce the requested output format: {exc}") from None
@@ -197,10 +198,11 @@ class Pipeline:
 
     async def prepare(
         self, api: Api, request: Any, *, echo: dict[str, Any] | None = None,
-        response_fields: dict[str, Any] | None = None, size_hint: int = 0,
+        response_fields: dict[str, Any] | None = None, size_hint: int = 0, single_tool_call: bool = False,
     ) -> Generation:
         """Everything before generation; `size_hint` (the body's size) moves rendering and encoding of
-        large requests to a worker thread so they do not stall the event loop."""
+        large requests to a worker thread so they do not stall the event loop. `single_tool_call`: the
+        tool-call constraint allows one call at most (see `recipe.server.tool_policy`)."""
         self.parts.require("stream", "updates")
 
         def render_encode() -> tuple[Any, list[int]]:
@@ -213,7 +215,7 @@ class Pipeline:
             rendered, prompt_ids = render_encode()
         request = self._parse_from_output_start(request, rendered)
         max_tokens = self.resolve_max_tokens(request, len(prompt_ids))
-        constraint = await self.compile_constraint(request)
+        constraint = await self.compile_constraint(request, single_tool_call)
         io = request.inference_options
         n = int(getattr(io, "n", 1) or 1)
         params = GenerationParams(

@@ -7,6 +7,7 @@ from recipe.server.chat_spec import complete_body
 from recipe.server.delivery import collect, json_response, stream_response
 from recipe.server.limits import read_body
 from recipe.server.state import state_of
+from recipe.server.tool_policy import single_tool_call
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -18,7 +19,8 @@ async def chat_completions(request: Request) -> Response:
     state = state_of(request)
     body = await read_body(request, state.config.max_body_bytes)
     converted = await state.pipeline.aconvert("chat", body, len(body))
-    gen = await state.pipeline.prepare("chat", converted, size_hint=len(body))
+    gen = await state.pipeline.prepare("chat", converted, size_hint=len(body),
+                                       single_tool_call=single_tool_call("chat", body))
     if gen.stream:
         return await stream_response(request, state.pipeline, gen)
     await collect(request, state.pipeline, gen)

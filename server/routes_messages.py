@@ -8,6 +8,7 @@ from recipe.server.delivery import collect, json_response, stream_response
 from recipe.server.errors import ApiError
 from recipe.server.limits import read_body
 from recipe.server.state import state_of
+from recipe.server.tool_policy import single_tool_call
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -19,7 +20,8 @@ async def messages(request: Request) -> Response:
     state = state_of(request)
     body = await read_body(request, state.config.max_body_bytes)
     converted = await state.pipeline.aconvert("messages", body, len(body))
-    gen = await state.pipeline.prepare("messages", converted, size_hint=len(body))
+    gen = await state.pipeline.prepare("messages", converted, size_hint=len(body),
+                                       single_tool_call=single_tool_call("messages", body))
     if gen.stream:
         return await stream_response(request, state.pipeline, gen)
     await collect(request, state.pipeline, gen)

@@ -15,6 +15,7 @@ from recipe.server.errors import ApiError
 from recipe.server.limits import read_body
 from recipe.server.pipeline import Generation
 from recipe.server.state import ServerState, state_of
+from recipe.server.tool_policy import single_tool_call
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -81,6 +82,7 @@ async def create_response(request: Request) -> Response:
     gen = await state.pipeline.prepare(
         "responses", converted, echo=state.pipeline.parts.stream.responses_echo(body),
         response_fields={"store": store, "previous_response_id": previous}, size_hint=size,
+        single_tool_call=single_tool_call("responses", body),
     )
 
     async def save(g: Generation) -> None:

@@ -212,18 +212,37 @@ def _sdk_final(stream: Any) -> Any:
         return stream.current_completion_snapshot
 
 
-@check("chat.sdk.stream_helper", "chat", "required", "openai SDK chat.completions.stream()", "consumes the stream; final content equals the non-stream content")
+def _sdk_text_completion(s: Session) -> Any:
+    """The SDK's final completion of the basic request, or the exception it raised (memoised per run)."""
+
+    def make() -> Any:
+        client = openai_client(s)
+        body = probes.chat_body(s)
+        try:
+            with client.chat.completions.stream(
+                model=body["model"], messages=body["messages"], max_tokens=body["max_tokens"], temperature=0, seed=1
+            ) as stream:
+                return _sdk_final(stream)
+        except Exception as exc:  # the SDK's own failure is the finding
+            return exc
+
+    return s.memo("openai.chat.stream", make)
+
+
+@check("chat.sdk.stream_helper", "chat", "required", "openai SDK chat.completions.stream()", "consumes the stream without error; the final completion has string content and a finish_reason")
 def sdk_stream(s: Session) -> None:
-    client = openai_client(s)
-    body = probes.chat_body(s)
-    try:
-        with client.chat.completions.stream(
-            model=body["model"], messages=body["messages"], max_tokens=body["max_tokens"], temperature=0, seed=1
-        ) as stream:
-            final = _sdk_final(stream)
-    except Exception as exc:  # the SDK's own failure is the finding
-        expect(False, f"openai SDK stream helper raised {type(exc).__name__}: {exc}")
-        return
+    final = _sdk_text_completion(s)
+    expect(not isinstance(final, Exception), f"openai SDK stream helper raised {type(final).__name__}: {final}")
+    choice = final.choices[0]
+    expect(isinstance(choice.message.content, str), "SDK final completion has no string content")
+    expect(choice.finish_reason in ("stop", "length"), f"SDK final finish_reason {choice.finish_reason!r}")
+
+
+@check("chat.sdk.matches_non_stream", "chat", "recommended", "openai SDK stream and a non-stream request at temperature 0", "the same content")
+def sdk_matches(s: Session) -> None:
+    final = _sdk_text_completion(s)
+    if isinstance(final, Exception):
+        raise CheckSkipped(f"the SDK stream itself failed ({type(final).__name__}); see chat.sdk.stream_helper")
     text = final.choices[0].message.content
     ref = probes.chat_content(probes.chat_basic(s))
     expect(text == ref, "SDK final content differs from the non-stream content", None, sdk=text, non_stream=ref)

@@ -220,6 +220,13 @@ def text_deltas(s: Session) -> None:
             expect(d["content_block"].get("text") == "", "text block does not start empty", ex)
         if d.get("type") == "content_block_delta" and (d.get("delta") or {}).get("type") == "text_delta":
             text += d["delta"].get("text", "")
+    expect(text, "no text_delta carried any text", ex)
+
+
+@check("messages.stream.matches_non_stream", "messages", "recommended", "the same temperature-0 request with and without stream", "the streamed text equals the non-stream text")
+def stream_matches(s: Session) -> None:
+    ex = probes.messages_stream(s)
+    text = "".join((d.get("delta") or {}).get("text", "") for _, d in _events(ex) if d.get("type") == "content_block_delta")
     expect(text == probes.messages_text(probes.messages_basic(s)), "streamed text differs from the non-stream text", ex, streamed=text)
 
 
@@ -268,20 +275,36 @@ def stream_tool_use(s: Session) -> None:
     expect(isinstance(parse_json(partial, ex, "concatenated partial_json"), dict), "partial_json is not an object", ex)
 
 
-@check("messages.sdk.stream_final_message", "messages", "required", "anthropic SDK messages.stream() + get_final_message()", "no error; same text and stop_reason as the non-stream response")
+def _sdk_final_message(s: Session) -> Any:
+    def make() -> Any:
+        client = anthropic_client(s)
+        body = probes.messages_body(s)
+        try:
+            with client.messages.stream(
+                model=body["model"], max_tokens=body["max_tokens"], messages=body["messages"], extra_body={"temperature": 0}
+            ) as stream:
+                for _ in stream:
+                    pass
+                return stream.get_final_message()
+        except Exception as exc:
+            return exc
+
+    return s.memo("anthropic.messages.stream", make)
+
+
+@check("messages.sdk.stream_final_message", "messages", "required", "anthropic SDK messages.stream() + get_final_message()", "no error; a final message with content blocks and a stop_reason")
 def sdk_final(s: Session) -> None:
-    client = anthropic_client(s)
-    body = probes.messages_body(s)
-    try:
-        with client.messages.stream(
-            model=body["model"], max_tokens=body["max_tokens"], messages=body["messages"], extra_body={"temperature": 0}
-        ) as stream:
-            for _ in stream:
-                pass
-            final = stream.get_final_message()
-    except Exception as exc:
-        expect(False, f"anthropic SDK stream helper raised {type(exc).__name__}: {exc}")
-        return
+    final = _sdk_final_message(s)
+    expect(not isinstance(final, Exception), f"anthropic SDK stream helper raised {type(final).__name__}: {final}")
+    expect(final.stop_reason in STOP_REASONS, f"SDK final stop_reason {final.stop_reason!r}")
+    expect(isinstance(final.usage.output_tokens, int), "SDK final message has no usage.output_tokens")
+
+
+@check("messages.sdk.matches_non_stream", "messages", "recommended", "anthropic SDK stream and a non-stream request at temperature 0", "same text and stop_reason")
+def sdk_matches(s: Session) -> None:
+    final = _sdk_final_message(s)
+    if isinstance(final, Exception):
+        raise CheckSkipped(f"the SDK stream itself failed ({type(final).__name__}); see messages.sdk.stream_final_message")
     text = "".join(b.text for b in final.content if b.type == "text")
     ref = _ok(probes.messages_basic(s))
     expect(text == probes.messages_text(probes.messages_basic(s)), "SDK final text differs from the non-stream text", None, sdk=text)

@@ -8,6 +8,7 @@ import jsonschema
 
 from recipe.conformance import probes
 from recipe.conformance.check import (
+    CheckSkipped,
     check,
     expect,
     expect_json_object,
@@ -194,13 +195,19 @@ def text_order(s: Session) -> None:
     expect(seq in (wanted, [w for w in wanted if w != delta]), f"message events in order {seq}", ex)
 
 
-@check("responses.stream.text_done", "responses", "required", "stream: true", "output_text.done text equals the concatenated deltas, and equals the non-stream text")
+@check("responses.stream.text_done", "responses", "required", "stream: true", "output_text.done text equals the concatenated deltas")
 def text_done(s: Session) -> None:
     ex = probes.responses_stream(s)
     events = [d for _, d in _events(ex)]
     deltas = "".join(d.get("delta", "") for d in events if d.get("type") == "response.output_text.delta")
     done = [d.get("text") for d in events if d.get("type") == "response.output_text.done"]
     expect(done and done[0] == deltas, "output_text.done text differs from the deltas", ex)
+
+
+@check("responses.stream.matches_non_stream", "responses", "recommended", "the same temperature-0 request with and without stream", "the streamed text equals the non-stream text")
+def stream_matches(s: Session) -> None:
+    ex = probes.responses_stream(s)
+    deltas = "".join(d.get("delta", "") for _, d in _events(ex) if d.get("type") == "response.output_text.delta")
     expect(deltas == probes.responses_text(probes.responses_basic(s)), "streamed text differs from the non-stream text", ex, streamed=deltas)
 
 
@@ -232,21 +239,39 @@ def stream_function_call(s: Session) -> None:
     parse_json(deltas, ex, "streamed arguments")
 
 
-@check("responses.sdk.stream_final", "responses", "required", "openai SDK responses.stream() to its terminal event (+ get_final_response() when completed)", "no error; output_text equals the non-stream text")
+def _sdk_terminal(s: Session) -> Any:
+    """The response of the SDK stream's terminal event (get_final_response() when completed), or the exception."""
+
+    def make() -> Any:
+        client = openai_client(s)
+        terminal: Any = None
+        try:
+            with client.responses.stream(model=s.model, input=probes.PROMPT, max_output_tokens=probes.MAX_TOKENS, temperature=0) as stream:
+                for event in stream:
+                    if event.type in TERMINAL:
+                        terminal = event.response
+                if terminal is not None and terminal.status == "completed":
+                    terminal = stream.get_final_response()
+        except Exception as exc:
+            return exc
+        return terminal
+
+    return s.memo("openai.responses.stream", make)
+
+
+@check("responses.sdk.stream_final", "responses", "required", "openai SDK responses.stream() to its terminal event (+ get_final_response() when completed)", "no error; a terminal response with output_text")
 def sdk_stream(s: Session) -> None:
-    client = openai_client(s)
-    terminal: Any = None
-    try:
-        with client.responses.stream(model=s.model, input=probes.PROMPT, max_output_tokens=probes.MAX_TOKENS, temperature=0) as stream:
-            for event in stream:
-                if event.type in TERMINAL:
-                    terminal = event.response
-            if terminal is not None and terminal.status == "completed":
-                terminal = stream.get_final_response()
-    except Exception as exc:
-        expect(False, f"openai SDK responses stream raised {type(exc).__name__}: {exc}")
-        return
+    terminal = _sdk_terminal(s)
+    expect(not isinstance(terminal, Exception), f"openai SDK responses stream raised {type(terminal).__name__}: {terminal}")
     expect(terminal is not None, "the SDK saw no terminal event (response.completed / incomplete / failed)")
+    expect(isinstance(terminal.output_text, str), "terminal response has no output_text")
+
+
+@check("responses.sdk.matches_non_stream", "responses", "recommended", "openai SDK stream and a non-stream request at temperature 0", "the same output_text")
+def sdk_matches(s: Session) -> None:
+    terminal = _sdk_terminal(s)
+    if isinstance(terminal, Exception) or terminal is None:
+        raise CheckSkipped("the SDK stream itself failed; see responses.sdk.stream_final")
     ref = probes.responses_text(probes.responses_basic(s))
     expect(terminal.output_text == ref, "SDK output_text differs from the non-stream text", None, sdk=terminal.output_text, non_stream=ref)
 

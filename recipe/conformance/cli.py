@@ -22,6 +22,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--api-key", help="the server's key; enables the auth checks")
     p.add_argument("--only", help="only checks whose id matches (substring or glob; comma list)")
     p.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds (default 60)")
+    p.add_argument("--concurrency", type=int, default=4, help="checks in flight at once (default 4; 1 = one by one)")
     p.add_argument("--report", help="write the JSON report here")
     p.add_argument("--junit", help="write a JUnit XML file here")
     p.add_argument("--html", help="write a self-contained HTML report here")
@@ -43,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
 
         try:
             report = run(args.base_url, apis=apis, model=args.model, api_key=args.api_key, only=args.only,
-                         timeout_s=args.timeout, on_result=advance)
+                         timeout_s=args.timeout, concurrency=args.concurrency, on_result=advance)
         except ServerUnreachable as exc:
             console.print(f"[red]recipe conformance: {exc}[/red]")
             return 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -105,6 +106,11 @@ class Session:
         self.client = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
         self._model = model
         self._cache: dict[str, Exchange] = {}
+        self._memo: dict[str, Any] = {}
+        self._key_locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()  # guards the lock tables
+        self._model_lock = threading.Lock()
+        self._count_lock = threading.Lock()
         self.requests_sent = 0
 
     def close(self) -> None:
@@ -113,6 +119,10 @@ class Session:
     @property
     def model(self) -> str:
         """The model under test: `--model`, else the first id `/v1/models` lists."""
+        with self._model_lock:
+            return self._resolve_model()
+
+    def _resolve_model(self) -> str:
         if self._model is None:
             ex = self.get("/v1/models")
             data = ex.json() if ex.status == 200 else None
@@ -130,6 +140,15 @@ class Session:
             return {"x-api-key": self.api_key, "anthropic-version": "2023-06-01"}
         return {"authorization": f"Bearer {self.api_key}"}
 
+    def memo(self, key: str, make: Any) -> Any:
+        """`make()` once per run under `key` (concurrent callers wait for the first); for SDK results."""
+        with self._lock:
+            key_lock = self._key_locks.setdefault(f"memo:{key}", threading.Lock())
+        with key_lock:
+            if key not in self._memo:
+                self._memo[key] = make()
+            return self._memo[key]
+
     def get(self, path: str, *, headers: dict[str, str] | None = None, api: Api = "common") -> Exchange:
         return self.send("GET", path, None, headers=headers, api=api)
 
@@ -143,26 +162,35 @@ class Session:
         auth: bool = True,
         cache_key: str | None = None,
     ) -> Exchange:
-        """POST `body` (a dict is sent as JSON; bytes/str as they are) to the API's route."""
-        if cache_key is not None and cache_key in self._cache:
+        """POST `body` (a dict is sent as JSON; bytes/str as they are) to the API's route.
+
+        With `cache_key`, the request is sent once per run; concurrent checks wanting it wait for it.
+        """
+        if cache_key is None:
+            return self._post(api, body, path, headers, auth)
+        with self._lock:
+            key_lock = self._key_locks.setdefault(cache_key, threading.Lock())
+        with key_lock:
+            if cache_key not in self._cache:
+                self._cache[cache_key] = self._post(api, body, path, headers, auth)
             return self._cache[cache_key]
+
+    def _post(self, api: Api, body: Any, path: str | None, headers: dict[str, str] | None, auth: bool) -> Exchange:
         hdrs = {"content-type": "application/json"}
         if api == "messages":
             hdrs["anthropic-version"] = "2023-06-01"
         if auth:
             hdrs.update(self.auth_headers(api))
         hdrs.update(headers or {})
-        ex = self.send("POST", path or PATHS[api], body, headers=hdrs, api=api)
-        if cache_key is not None:
-            self._cache[cache_key] = ex
-        return ex
+        return self.send("POST", path or PATHS[api], body, headers=hdrs, api=api)
 
     def send(self, method: str, path: str, body: Any, *, headers: dict[str, str] | None, api: Api) -> Exchange:
         hdrs = dict(headers or {})
         if method == "GET":
             hdrs = {**self.auth_headers(api), **hdrs}
         content = orjson.dumps(body) if isinstance(body, (dict, list)) else body
-        self.requests_sent += 1
+        with self._count_lock:
+            self.requests_sent += 1
         t0 = time.perf_counter()
         try:
             resp = self.client.request(method, path, content=content, headers=hdrs)

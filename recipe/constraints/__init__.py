@@ -36,6 +36,7 @@ def from_output_constraint(
     strict: bool = False,
     tool_format: str | None = None,
     thinking: bool = False,
+    single_tool_call: bool = False,
     **kwargs: Any,
 ) -> CompiledConstraint:
     """Compile conversion's `OutputConstraint` (kinds json / regex / tool_call / tool_call_required).
@@ -45,7 +46,7 @@ def from_output_constraint(
     validated afterwards (`strict=True` refuses schemas the mask cannot enforce exactly).
     `tool_format` defaults to DSML (V4 spelling) when the tokenizer has the `｜DSML｜` token, else ChatML;
     pass "dsml_v41" for V4.1 prompts. `thinking`: the output may begin with reasoning closed by `</think>`
-    (tool-call kinds only).
+    (tool-call kinds only). `single_tool_call`: at most one call, after which only the end may follow.
     """
     kind = getattr(constraint, "kind", None)
     schema = getattr(constraint, "schema", None)
@@ -57,6 +58,6 @@ def from_output_constraint(
         return compile_constraint("regex", schema, tokenizer, strict=strict, **kwargs)
     if kind in ("tool_call", "tool_call_required"):
         spec = {"tools": schema, "required": kind == "tool_call_required", "format": tool_format,
-                "thinking": thinking}
+                "thinking": thinking, "single": single_tool_call}
         return compile_constraint("tool_call", spec, tokenizer, strict=strict, **kwargs)
     raise ConstraintError(f"unknown output constraint kind {kind!r}")

@@ -167,6 +167,7 @@ def _compile(kind: str, spec: Any, vocab: Vocabulary, backend_name: str, strict:
             required=bool(spec.get("required")) if isinstance(spec, dict) else False,
             thinking=bool(spec.get("thinking")) if isinstance(spec, dict) else False,
             lenient=not strict,
+            single=bool(spec.get("single")) if isinstance(spec, dict) else False,
         )
         handle = backend.compile(kind, lark, vocab, lenient=not strict)
         return CompiledConstraint(kind, backend_name, handle, vocab, spec, None, None, time.perf_counter() - t0,
@@ -197,7 +198,7 @@ def compile_constraint(
 
     spec: json_schema — dict/bool or JSON text; regex — pattern; json_object — ignored; grammar — Lark
     (llguidance) or EBNF (xgrammar); tool_call — Chat-style tool list, or `{"tools": [...],
-    "required": bool, "format": "dsml_v4"|"dsml_v41"|"chatml", "thinking": bool}`.
+    "required": bool, "format": "dsml_v4"|"dsml_v41"|"chatml", "thinking": bool, "single": bool}`.
     `eos_token_ids`: stop ids allowed exactly when the matcher can terminate (default: the tokenizer's EOS).
     Compilation runs off the caller's thread and fails after `timeout_s`; results are cached (bounded in bytes).
     `resources`: URI → schema documents `$ref` may use (never fetched). `allow_unsatisfiable`: a schema that

@@ -157,24 +157,25 @@ class _Builder:
         open_ = f'"<" {d} {_lit(sp + "invoke name=" + chr(34) + tool.name + chr(34) + ">" + chr(10))}'
         return self.rule(f'{open_}{blank} {body} "</" {d} {_lit(sp + "invoke>" + chr(10))}')
 
-    def dsml(self, tools: list[ToolSpec], required: bool, thinking: bool) -> str:
+    def dsml(self, tools: list[ToolSpec], required: bool, thinking: bool, single: bool = False) -> str:
         d = self.special(DSML)
         block = "calls" if self.fmt == "dsml_v41" else "tool_calls"
         sp = " " if self.fmt == "dsml_v41" else ""
         invokes = " | ".join(self.dsml_invoke(t) for t in tools)
         inv = self.rule(invokes)
         close = f'"</" {d} {_lit(sp + block + ">")}'
+        many = "" if single else "+"
         if required:
-            body = f"{inv}+ {close}"
+            body = f"{inv}{many} {close}"
         else:
             text = self.terminal(self.no_text(DSML))
             pre = self.terminal(self.no_text(DSML, "<"))
             opened = f'{d} {_lit(sp + block + ">" + chr(10))}'
-            body = f"{text}? | {pre} {opened} {inv}+ {close}"
+            body = f"{text}? | {pre} {opened} {inv}{many} {close}"
         return self.start(body, thinking)
 
     # --- ChatML ---------------------------------------------------------------------------------
-    def chatml(self, tools: list[ToolSpec], required: bool, thinking: bool) -> str:
+    def chatml(self, tools: list[ToolSpec], required: bool, thinking: bool, single: bool = False) -> str:
         branches = []
         for t in tools:
             branches.append({
@@ -189,7 +190,7 @@ class _Builder:
         cl = self.special("</tool_call>") if "</tool_call>" in self.tok.added_ids else '"</tool_call>"'
         ws = self.terminal('/[ \\t\\n]{0,4}/')
         call = self.rule(f"{op} {ws} {call_json} {ws} {cl}")
-        calls = self.rule(f"{call} ({ws} {call})*")
+        calls = call if single else self.rule(f"{call} ({ws} {call})*")
         if required:
             return self.start(calls, thinking)
         text = self.terminal(self.no_text("<tool_call>"))
@@ -198,7 +199,7 @@ class _Builder:
         # text up to and including the first "<tool_call>" is one lexeme: the lexer is greedy
         pre = self.terminal('/(.|\\n)*<tool_call>/ & ~/(.|\\n)*<tool_call>(.|\\n)+/')
         first = self.rule(f"{pre} {ws} {call_json} {ws} {cl}")
-        return self.start(f"{text}? | {first} ({ws} {call})*", thinking)
+        return self.start(f"{text}? | {first}" + ("" if single else f" ({ws} {call})*"), thinking)
 
     def start(self, body: str, thinking: bool) -> str:
         if thinking:
@@ -215,13 +216,15 @@ def tool_call_lark(
     required: bool = False,
     thinking: bool = False,
     lenient: bool = False,
+    single: bool = False,
 ) -> str:
-    """The Lark grammar for a tool list (see the module docstring)."""
+    """The Lark grammar for a tool list (see the module docstring); `single` allows one call at most
+    (a named tool choice, or parallel tool calls turned off), so the output ends after it."""
     specs = parse_tools(tools)
     f = fmt or default_format(tokenizer)
     b = _Builder(tokenizer, f, lenient)
     if f in ("dsml_v4", "dsml_v41"):
-        return b.dsml(specs, required, thinking)
+        return b.dsml(specs, required, thinking, single)
     if f == "chatml":
-        return b.chatml(specs, required, thinking)
+        return b.chatml(specs, required, thinking, single)
     raise ConstraintError(f"unknown tool-call format {f!r}; expected dsml_v4, dsml_v41 or chatml")

@@ -107,3 +107,19 @@ def test_bad_tool_lists(tok) -> None:
                       ([{"name": "f"}, {"name": "f"}], "unique"), ("[", "not valid JSON")]:
         with pytest.raises(ConstraintError, match=pat):
             compile_constraint("tool_call", {"tools": spec} if not isinstance(spec, str) else spec, tok)
+
+
+def test_single_call_ends_the_output_after_one_call(tok) -> None:
+    two = V4_CALL.replace("</｜DSML｜tool_calls>", '<｜DSML｜invoke name="ping">\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>')
+    single = compile_constraint("tool_call", {"tools": TOOLS, "required": True, "single": True}, tok)
+    assert accepted(single, tok, V4_CALL)
+    assert not accepted(single, tok, two)
+    assert accepted(compile_constraint("tool_call", {"tools": TOOLS, "required": True}, tok), tok, two)
+    small = gpt2_style_tokenizer()
+    call = '<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>'
+    for required in (True, False):
+        c = compile_constraint("tool_call", {"tools": TOOLS, "required": required, "single": True}, small)
+        assert walk_ids(c, small.encode_plain(call)).accepted
+        assert not walk_ids(c, small.encode_plain(call + "\n" + call)).accepted
+    many = compile_constraint("tool_call", {"tools": TOOLS, "required": True}, small)
+    assert walk_ids(many, small.encode_plain(call + "\n" + call)).accepted
