@@ -168,9 +168,24 @@ class ModelRunner:
         if all(m is None for m in matchers):
             return None
         mask = np.full((len(matchers), (vocab_size + 31) // 32), -1, dtype=np.int32)
-        for i, matcher in enumerate(matchers):
-            if matcher is not None:
-                if matcher.is_terminated():
-                    continue  # finished: its token is discarded anyway
-                matcher.fill_bitmask(mask[i])
+        # A finished matcher's row stays all-ones: its sequence ended and this token is discarded anyway.
+        live = [None if m is None or m.is_terminated() else m for m in matchers]
+        batch_fill = _batch_filler(live)
+        if batch_fill is not None:
+            batch_fill(live, mask)  # the constraint layer fills rows in parallel (equal to one by one)
+        else:
+            for i, matcher in enumerate(live):
+                if matcher is not None:
+                    matcher.fill_bitmask(mask[i])
         return torch.from_numpy(mask)
+
+
+def _batch_filler(matchers: list[Any]) -> Any:
+    """`recipe.constraints.batch.fill_bitmasks` when every live matcher comes from the constraint layer."""
+    try:
+        from recipe.constraints.backend import Matcher
+        from recipe.constraints.batch import fill_bitmasks
+    except ImportError:
+        return None
+    live = [m for m in matchers if m is not None]
+    return fill_bitmasks if live and all(isinstance(m, Matcher) for m in live) else None

@@ -31,8 +31,17 @@ def test_greedy_answer_names_paris(smol: LLM) -> None:
     assert "Paris" in (out.text or "")
 
 
-def test_json_schema_constraint_yields_valid_json(smol: LLM) -> None:
-    from recipe.constraints import compile_constraint
+def test_json_schema_constraint_yields_valid_json(smol: LLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    from recipe.constraints import batch, compile_constraint
+
+    calls = []
+    original = batch.fill_bitmasks
+
+    def spy(matchers, out):  # type: ignore[no-untyped-def]
+        calls.append(len(matchers))
+        original(matchers, out)
+
+    monkeypatch.setattr(batch, "fill_bitmasks", spy)
 
     schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
               "additionalProperties": False}
@@ -41,4 +50,5 @@ def test_json_schema_constraint_yields_valid_json(smol: LLM) -> None:
     prompt = CHAT.format(question="What is 2 + 2? Reply in JSON.")
     out = smol.generate(prompt, SamplingParams(temperature=0.0, max_tokens=24, constraint=constraint))[0]
     assert out.finish_reason == "stop"
+    assert calls, "the engine fills constraint masks through the constraint layer's batched filler"
     jsonschema.validate(orjson.loads(out.text or ""), schema)
