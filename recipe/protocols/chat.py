@@ -112,6 +112,16 @@ def _tool_call(value: Any) -> None:
             bf.missing(req)
 
 
+def _reasoning(m: dict[str, Any]) -> str | None:
+    """Assistant reasoning: `reasoning_content` (DeepSeek's field), else vLLM's `reasoning` (beyond the
+    reference, which ignores that key) when it is a string."""
+    rc = m.get("reasoning_content")
+    if rc is not None:
+        return str(rc)
+    alt = m.get("reasoning")
+    return alt if isinstance(alt, str) else None
+
+
 def _message(value: Any) -> dict[str, Any]:
     obj = bf.tagged_object(value, "ChatCompletionRequestMessage", "role")
     role = bf.tag(obj, "role", ROLES, "ChatCompletionRequestMessage")
@@ -329,7 +339,7 @@ def _convert_messages(raw: list[dict[str, Any]], version: ModelVersion) -> list[
                 Message(
                     role="assistant",
                     content=content,
-                    reasoning_content=m.get("reasoning_content"),
+                    reasoning_content=_reasoning(m),
                     tool_calls=calls,
                     prefix=prefix,
                 )

@@ -184,3 +184,21 @@ def test_byte_bodies_fail_like_the_reference(raw: bytes) -> None:
         dr.ChatCompletionRequest(raw)
     err = error_of("chat", raw)
     assert (err.kind, err.message) == ("parse", str(ref.value))
+
+
+def test_chat_accepts_vllm_reasoning_field_on_assistant_history() -> None:
+    from recipe.codec import convert
+
+    def body(**assistant: object) -> dict[str, object]:
+        return {"model": "DeepSeek-V4-Pro", "tools": [{"type": "function", "function": {"name": "f"}}], "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", **assistant,
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "r"}]}
+
+    by_name = convert("chat", body(reasoning="thought"))
+    assert by_name.conversation.messages[1].reasoning_content == "thought"
+    assert by_name == convert("chat", body(reasoning_content="thought"))
+    # reasoning_content wins when both are sent; a non-string `reasoning` is ignored as the reference ignores it
+    assert convert("chat", body(reasoning_content="a", reasoning="b")).conversation.messages[1].reasoning_content == "a"
+    assert convert("chat", body(reasoning=5)) == convert("chat", body())
