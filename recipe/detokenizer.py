@@ -18,6 +18,7 @@ An id outside the vocabulary raises `ValueError` (one-shot decoding would silent
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import weakref
 from _codecs import utf_8_decode
@@ -29,8 +30,9 @@ from tokenizers import Tokenizer as HFTokenizer
 from recipe.tokenizer import Tokenizer
 
 
+@functools.cache
 def byte_level_alphabet() -> dict[str, int]:
-    """The GPT-2 byte-to-character map, inverted: character -> byte."""
+    """The GPT-2 byte-to-character map, inverted: character -> byte (built once; callers must not mutate it)."""
     printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
     chars = list(printable)
     extra = 0

@@ -101,6 +101,25 @@ def expect_json_object(ex: Exchange) -> dict[str, Any]:
     return data
 
 
+def ok_json(ex: Exchange) -> dict[str, Any]:
+    """The body of a 200 response as a JSON object, or the check fails."""
+    expect_status(ex, 200)
+    return expect_json_object(ex)
+
+
+def json_events(ex: Exchange) -> list[tuple[str | None, dict[str, Any]]]:
+    """(event name, data object) of each event of a 200 SSE response, or the check fails."""
+    expect_status(ex, 200)
+    expect(ex.is_sse, f"content-type {ex.content_type!r}, not text/event-stream", ex)
+    out = []
+    for ev in ex.events():
+        data = parse_json(ev.data, ex, "an event's data")
+        expect(isinstance(data, dict), "an event's data is not an object", ex)
+        out.append((ev.event, data))
+    expect(out, "empty stream", ex)
+    return out
+
+
 def expect_schema(name: str, instance: Any, ex: Exchange | None, what: str = "response") -> None:
     errs = schemas.errors(name, instance)
     expect(not errs, f"{what} does not validate against {name}: {errs[0] if errs else ''}", ex, schema_errors=errs, instance=_short(instance))

@@ -12,22 +12,17 @@ from recipe.conformance.check import (
     CheckSkipped,
     check,
     expect,
-    expect_json_object,
     expect_schema,
     expect_status,
+    ok_json,
     parse_json,
     skip_if_rejected,
 )
 from recipe.conformance.session import Exchange, Session
 
 
-def _ok(ex: Exchange) -> dict[str, Any]:
-    expect_status(ex, 200)
-    return expect_json_object(ex)
-
-
 def _choice(ex: Exchange) -> dict[str, Any]:
-    data = _ok(ex)
+    data = ok_json(ex)
     choices: Any = data.get("choices")
     expect(isinstance(choices, list) and choices and isinstance(choices[0], dict), "no choices[0]", ex)
     first: dict[str, Any] = choices[0]
@@ -36,19 +31,19 @@ def _choice(ex: Exchange) -> dict[str, Any]:
 
 @check("chat.basic.status", "chat", "required", "minimal {model, messages:[user]}", "200 with a JSON body")
 def basic_status(s: Session) -> None:
-    _ok(probes.chat_basic(s))
+    ok_json(probes.chat_basic(s))
 
 
 @check("chat.basic.schema", "chat", "required", "minimal request", "body valid against CreateChatCompletionResponse")
 def basic_schema(s: Session) -> None:
     ex = probes.chat_basic(s)
-    expect_schema("openai.CreateChatCompletionResponse", _ok(ex), ex)
+    expect_schema("openai.CreateChatCompletionResponse", ok_json(ex), ex)
 
 
 @check("chat.basic.identity", "chat", "recommended", "minimal request", "object chat.completion, id chatcmpl-…, model echoes the request")
 def basic_identity(s: Session) -> None:
     ex = probes.chat_basic(s)
-    data = _ok(ex)
+    data = ok_json(ex)
     expect(data.get("object") == "chat.completion", f"object is {data.get('object')!r}", ex)
     expect(str(data.get("id", "")).startswith("chatcmpl-"), f"id {data.get('id')!r} lacks chatcmpl-", ex)
     expect(data.get("model") == s.model, f"model {data.get('model')!r} != {s.model!r}", ex)
@@ -68,7 +63,7 @@ def basic_message(s: Session) -> None:
 @check("chat.usage.totals", "chat", "required", "minimal request", "usage.total_tokens = prompt + completion; cached ≤ prompt")
 def usage_totals(s: Session) -> None:
     ex = probes.chat_basic(s)
-    usage: Any = _ok(ex).get("usage")
+    usage: Any = ok_json(ex).get("usage")
     expect(isinstance(usage, dict), "usage missing", ex)
     p, c, t = usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens")
     expect(all(isinstance(x, int) for x in (p, c, t)), "usage counts are not integers", ex)
@@ -118,7 +113,7 @@ def n_choices(s: Session) -> None:
     if ex.status == 400:
         expect_schema("openai.ErrorResponse", ex.json(), ex, "400 body")
         return
-    data = _ok(ex)
+    data = ok_json(ex)
     idx = sorted(c.get("index") for c in data.get("choices", []))
     expect(idx == [0, 1], f"choice indices {idx}", ex)
 

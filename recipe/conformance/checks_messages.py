@@ -9,9 +9,9 @@ from recipe.conformance.check import (
     CheckSkipped,
     check,
     expect,
-    expect_json_object,
     expect_schema,
-    expect_status,
+    json_events,
+    ok_json,
     parse_json,
     skip_if_rejected,
 )
@@ -21,38 +21,23 @@ from recipe.conformance.session import Exchange, Session
 STOP_REASONS = {"end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"}
 
 
-def _ok(ex: Exchange) -> dict[str, Any]:
-    expect_status(ex, 200)
-    return expect_json_object(ex)
-
-
-def _events(ex: Exchange) -> list[tuple[str | None, dict[str, Any]]]:
-    expect_status(ex, 200)
-    expect(ex.is_sse, f"content-type {ex.content_type!r}, not text/event-stream", ex)
-    out = []
-    for ev in ex.events():
-        data = parse_json(ev.data, ex, "an event's data")
-        expect(isinstance(data, dict), "an event's data is not an object", ex)
-        out.append((ev.event, data))
-    expect(out, "empty stream", ex)
-    return out
 
 
 @check("messages.basic.status", "messages", "required", "{model, max_tokens, messages:[user]}", "200 with a JSON body")
 def basic_status(s: Session) -> None:
-    _ok(probes.messages_basic(s))
+    ok_json(probes.messages_basic(s))
 
 
 @check("messages.basic.schema", "messages", "required", "minimal request", "body valid against Message")
 def basic_schema(s: Session) -> None:
     ex = probes.messages_basic(s)
-    expect_schema("anthropic.Message", _ok(ex), ex)
+    expect_schema("anthropic.Message", ok_json(ex), ex)
 
 
 @check("messages.basic.shape", "messages", "required", "minimal request", "type message, role assistant, id msg_…, text blocks, stop_reason and stop_sequence keys present")
 def basic_shape(s: Session) -> None:
     ex = probes.messages_basic(s)
-    data = _ok(ex)
+    data = ok_json(ex)
     expect(data.get("type") == "message" and data.get("role") == "assistant", "type/role wrong", ex)
     expect(str(data.get("id", "")).startswith("msg_"), f"id {data.get('id')!r} lacks msg_", ex)
     expect(data.get("stop_reason") in STOP_REASONS, f"stop_reason {data.get('stop_reason')!r}", ex)
@@ -63,7 +48,7 @@ def basic_shape(s: Session) -> None:
 @check("messages.basic.usage", "messages", "required", "minimal request", "usage has integer input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens")
 def basic_usage(s: Session) -> None:
     ex = probes.messages_basic(s)
-    usage = _ok(ex).get("usage") or {}
+    usage = ok_json(ex).get("usage") or {}
     for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
         expect(isinstance(usage.get(key), int), f"usage.{key} missing or not an integer", ex)
 
@@ -71,13 +56,13 @@ def basic_usage(s: Session) -> None:
 @check("messages.system.string_and_blocks", "messages", "required", "system as a string and as text blocks with cache_control", "both 200")
 def system_forms(s: Session) -> None:
     for system in ("Be brief.", [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]):
-        _ok(s.post("messages", probes.messages_body(s, system=system, max_tokens=4)))
+        ok_json(s.post("messages", probes.messages_body(s, system=system, max_tokens=4)))
 
 
 @check("messages.max_tokens.stop_reason", "messages", "required", "max_tokens: 1", "stop_reason max_tokens")
 def max_tokens(s: Session) -> None:
     ex = s.post("messages", probes.messages_body(s, max_tokens=1))
-    data = _ok(ex)
+    data = ok_json(ex)
     expect(data.get("stop_reason") == "max_tokens", f"stop_reason {data.get('stop_reason')!r}", ex)
 
 
@@ -88,7 +73,7 @@ def stop_sequence(s: Session) -> None:
     if stop is None:
         raise CheckSkipped(f"the reference output is too short to pick a stop string from: {ref!r}")
     ex = s.post("messages", probes.messages_body(s, stop_sequences=[stop]))
-    data = _ok(ex)
+    data = ok_json(ex)
     text = probes.messages_text(ex) or ""
     expect(stop not in text, f"stop sequence {stop!r} leaked", ex)
     if not ref.startswith(text):
@@ -99,13 +84,13 @@ def stop_sequence(s: Session) -> None:
 
 @check("messages.sampling_fields", "messages", "recommended", "temperature, top_p, top_k in the body (older clients)", "200")
 def sampling_fields(s: Session) -> None:
-    _ok(s.post("messages", probes.messages_body(s, temperature=0.5, top_p=0.9, top_k=20, max_tokens=4)))
+    ok_json(s.post("messages", probes.messages_body(s, temperature=0.5, top_p=0.9, top_k=20, max_tokens=4)))
 
 
 def _tool_use(s: Session) -> tuple[Exchange, dict[str, Any]]:
     ex = probes.messages_tool(s)
     skip_if_rejected(ex, "tools with tool_choice {type: tool}")
-    data = _ok(ex)
+    data = ok_json(ex)
     blocks = [b for b in data.get("content", []) if isinstance(b, dict) and b.get("type") == "tool_use"]
     expect(blocks, "no tool_use block for a named tool_choice", ex)
     return ex, blocks[0]
@@ -139,14 +124,14 @@ def tool_round_trip(s: Session) -> None:
     ]
     body = probes.messages_body(s, messages=messages, thinking={"type": "disabled"}, max_tokens=8,
                                 tools=[{"name": "get_weather", "input_schema": probes.WEATHER_TOOL_PARAMS}])
-    _ok(s.post("messages", body))
+    ok_json(s.post("messages", body))
 
 
 @check("messages.thinking.block", "messages", "recommended", "thinking: {type: enabled, budget_tokens: 1024}", "a thinking block with a signature comes first")
 def thinking(s: Session) -> None:
     ex = s.post("messages", probes.messages_body(s, thinking={"type": "enabled", "budget_tokens": 1024}, max_tokens=64))
     skip_if_rejected(ex, "thinking")
-    blocks = _ok(ex).get("content", [])
+    blocks = ok_json(ex).get("content", [])
     if not any(b.get("type") == "thinking" for b in blocks):
         raise CheckSkipped("the server returned no thinking block (not a reasoning model)", ex.evidence())
     expect(blocks[0].get("type") == "thinking", "thinking is not the first block", ex)
@@ -156,21 +141,21 @@ def thinking(s: Session) -> None:
 @check("messages.stream.event_lines", "messages", "required", "stream: true", "every event has an event: line equal to data.type")
 def event_lines(s: Session) -> None:
     ex = probes.messages_stream(s)
-    for name, data in _events(ex):
+    for name, data in json_events(ex):
         expect(name == data.get("type"), f"event: {name!r} but data.type {data.get('type')!r}", ex)
 
 
 @check("messages.stream.event_schema", "messages", "required", "stream: true", "every event valid against RawMessageStreamEvent")
 def event_schema(s: Session) -> None:
     ex = probes.messages_stream(s)
-    for _, data in _events(ex):
+    for _, data in json_events(ex):
         expect_schema("anthropic.RawMessageStreamEvent", data, ex, f"event {data.get('type')}")
 
 
 @check("messages.stream.order", "messages", "required", "stream: true", "message_start → (block_start → delta* → block_stop)+ → message_delta → message_stop")
 def order(s: Session) -> None:
     ex = probes.messages_stream(s)
-    types = [d.get("type") for _, d in _events(ex) if d.get("type") != "ping"]
+    types = [d.get("type") for _, d in json_events(ex) if d.get("type") != "ping"]
     expect(types and types[0] == "message_start", f"first event is {types[:1]}", ex)
     expect(types[-2:] == ["message_delta", "message_stop"], f"stream ends with {types[-2:]}", ex)
     open_block = False
@@ -191,7 +176,7 @@ def order(s: Session) -> None:
 @check("messages.stream.message_start", "messages", "required", "stream: true", "message_start.message has content [], stop_reason null, usage.input_tokens")
 def message_start(s: Session) -> None:
     ex = probes.messages_stream(s)
-    first = _events(ex)[0][1]
+    first = json_events(ex)[0][1]
     msg = first.get("message") or {}
     expect(msg.get("content") == [], "message_start content is not []", ex)
     expect(msg.get("stop_reason") is None, "message_start stop_reason is not null", ex)
@@ -202,7 +187,7 @@ def message_start(s: Session) -> None:
 def block_indices(s: Session) -> None:
     ex = probes.messages_stream(s)
     expected, current = 0, None
-    for _, d in _events(ex):
+    for _, d in json_events(ex):
         t = d.get("type")
         if t == "content_block_start":
             expect(d.get("index") == expected, f"block index {d.get('index')} where {expected} was due", ex)
@@ -215,7 +200,7 @@ def block_indices(s: Session) -> None:
 def text_deltas(s: Session) -> None:
     ex = probes.messages_stream(s)
     text = ""
-    for _, d in _events(ex):
+    for _, d in json_events(ex):
         if d.get("type") == "content_block_start" and (d.get("content_block") or {}).get("type") == "text":
             expect(d["content_block"].get("text") == "", "text block does not start empty", ex)
         if d.get("type") == "content_block_delta" and (d.get("delta") or {}).get("type") == "text_delta":
@@ -226,14 +211,14 @@ def text_deltas(s: Session) -> None:
 @check("messages.stream.matches_non_stream", "messages", "recommended", "the same temperature-0 request with and without stream", "the streamed text equals the non-stream text")
 def stream_matches(s: Session) -> None:
     ex = probes.messages_stream(s)
-    text = "".join((d.get("delta") or {}).get("text", "") for _, d in _events(ex) if d.get("type") == "content_block_delta")
+    text = "".join((d.get("delta") or {}).get("text", "") for _, d in json_events(ex) if d.get("type") == "content_block_delta")
     expect(text == probes.messages_text(probes.messages_basic(s)), "streamed text differs from the non-stream text", ex, streamed=text)
 
 
 @check("messages.stream.message_delta_usage", "messages", "required", "stream: true", "message_delta has delta.stop_reason and usage.output_tokens")
 def message_delta_usage(s: Session) -> None:
     ex = probes.messages_stream(s)
-    deltas = [d for _, d in _events(ex) if d.get("type") == "message_delta"]
+    deltas = [d for _, d in json_events(ex) if d.get("type") == "message_delta"]
     expect(len(deltas) == 1, f"{len(deltas)} message_delta events", ex)
     md = deltas[0]
     expect((md.get("delta") or {}).get("stop_reason") in STOP_REASONS, "message_delta lacks a stop_reason", ex)
@@ -247,7 +232,7 @@ def stream_stop(s: Session) -> None:
     if stop is None:
         raise CheckSkipped("the reference output is too short to pick a stop string from")
     ex = s.post("messages", probes.messages_body(s, stream=True, stop_sequences=[stop]))
-    events = _events(ex)
+    events = json_events(ex)
     text = "".join((d.get("delta") or {}).get("text", "") for _, d in events if d.get("type") == "content_block_delta")
     expect(stop not in text, f"stop sequence {stop!r} leaked into the stream", ex)
     if ref.startswith(text):
@@ -260,7 +245,7 @@ def stream_stop(s: Session) -> None:
 def stream_tool_use(s: Session) -> None:
     ex = probes.messages_tool(s, stream=True)
     skip_if_rejected(ex, "tools with tool_choice {type: tool}")
-    events = _events(ex)
+    events = json_events(ex)
     starts = [d for _, d in events if d.get("type") == "content_block_start" and (d.get("content_block") or {}).get("type") == "tool_use"]
     expect(starts, "no tool_use block in the stream", ex)
     block = starts[0]["content_block"]
@@ -306,7 +291,7 @@ def sdk_matches(s: Session) -> None:
     if isinstance(final, Exception):
         raise CheckSkipped(f"the SDK stream itself failed ({type(final).__name__}); see messages.sdk.stream_final_message")
     text = "".join(b.text for b in final.content if b.type == "text")
-    ref = _ok(probes.messages_basic(s))
+    ref = ok_json(probes.messages_basic(s))
     expect(text == probes.messages_text(probes.messages_basic(s)), "SDK final text differs from the non-stream text", None, sdk=text)
     expect(final.stop_reason == ref.get("stop_reason"), f"SDK stop_reason {final.stop_reason!r} vs {ref.get('stop_reason')!r}")
 
@@ -317,7 +302,7 @@ def count_tokens(s: Session) -> None:
     body.pop("max_tokens")
     body.pop("temperature")
     ex = s.post("messages", body, path="/v1/messages/count_tokens", cache_key="messages.count_tokens")
-    data = _ok(ex)
+    data = ok_json(ex)
     expect_schema("anthropic.MessageTokensCount", data, ex)
 
 
@@ -325,7 +310,7 @@ def count_tokens(s: Session) -> None:
 def count_matches(s: Session) -> None:
     ex = s.post("messages", {k: v for k, v in probes.messages_body(s).items() if k not in ("max_tokens", "temperature")},
                 path="/v1/messages/count_tokens", cache_key="messages.count_tokens")
-    n = _ok(ex).get("input_tokens")
-    usage = _ok(probes.messages_basic(s)).get("usage") or {}
+    n = ok_json(ex).get("input_tokens")
+    usage = ok_json(probes.messages_basic(s)).get("usage") or {}
     total = sum(usage.get(k) or 0 for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
     expect(n == total, f"count_tokens {n} != input + cache tokens {total} of the same request", ex)

@@ -11,9 +11,10 @@ from recipe.conformance.check import (
     CheckSkipped,
     check,
     expect,
-    expect_json_object,
     expect_schema,
     expect_status,
+    json_events,
+    ok_json,
     parse_json,
     skip_if_rejected,
 )
@@ -25,38 +26,23 @@ REQUIRED_KEYS = ("id", "object", "created_at", "status", "error", "incomplete_de
                  "tools", "output", "parallel_tool_calls", "metadata", "tool_choice", "temperature", "top_p")
 
 
-def _ok(ex: Exchange) -> dict[str, Any]:
-    expect_status(ex, 200)
-    return expect_json_object(ex)
-
-
-def _events(ex: Exchange) -> list[tuple[str | None, dict[str, Any]]]:
-    expect_status(ex, 200)
-    expect(ex.is_sse, f"content-type {ex.content_type!r}, not text/event-stream", ex)
-    out = []
-    for ev in ex.events():
-        data = parse_json(ev.data, ex, "an event's data")
-        expect(isinstance(data, dict), "an event's data is not an object", ex)
-        out.append((ev.event, data))
-    expect(out, "empty stream", ex)
-    return out
 
 
 @check("responses.basic.status", "responses", "required", "{model, input: 'text'}", "200 with a JSON body")
 def basic_status(s: Session) -> None:
-    _ok(probes.responses_basic(s))
+    ok_json(probes.responses_basic(s))
 
 
 @check("responses.basic.schema", "responses", "required", "minimal request", "body valid against Response")
 def basic_schema(s: Session) -> None:
     ex = probes.responses_basic(s)
-    expect_schema("openai.Response", _ok(ex), ex)
+    expect_schema("openai.Response", ok_json(ex), ex)
 
 
 @check("responses.basic.required_keys", "responses", "required", "minimal request", "object response, id resp_…, status completed/incomplete, every required key present")
 def basic_keys(s: Session) -> None:
     ex = probes.responses_basic(s)
-    data = _ok(ex)
+    data = ok_json(ex)
     missing = [k for k in REQUIRED_KEYS if k not in data]
     expect(not missing, f"missing keys {missing}", ex)
     expect(data.get("object") == "response", f"object {data.get('object')!r}", ex)
@@ -67,7 +53,7 @@ def basic_keys(s: Session) -> None:
 @check("responses.basic.output_message", "responses", "required", "minimal request", "an output message item with output_text content (annotations and logprobs lists)")
 def output_message(s: Session) -> None:
     ex = probes.responses_basic(s)
-    items = [i for i in _ok(ex).get("output", []) if isinstance(i, dict) and i.get("type") == "message"]
+    items = [i for i in ok_json(ex).get("output", []) if isinstance(i, dict) and i.get("type") == "message"]
     expect(items, "no message item in output", ex)
     item = items[0]
     expect(item.get("role") == "assistant" and str(item.get("id", "")).startswith("msg_"), "message item lacks role assistant or id msg_…", ex)
@@ -78,7 +64,7 @@ def output_message(s: Session) -> None:
 @check("responses.basic.usage", "responses", "required", "minimal request", "usage {input_tokens, input_tokens_details.cached_tokens, output_tokens, output_tokens_details.reasoning_tokens, total_tokens}")
 def basic_usage(s: Session) -> None:
     ex = probes.responses_basic(s)
-    u = _ok(ex).get("usage") or {}
+    u = ok_json(ex).get("usage") or {}
     expect(all(isinstance(u.get(k), int) for k in ("input_tokens", "output_tokens", "total_tokens")), "usage counts missing", ex)
     expect(u["total_tokens"] == u["input_tokens"] + u["output_tokens"], "total_tokens != input + output", ex)
     expect(isinstance((u.get("input_tokens_details") or {}).get("cached_tokens"), int), "input_tokens_details.cached_tokens missing", ex)
@@ -94,13 +80,13 @@ def input_items(s: Session) -> None:
         {"role": "assistant", "content": [{"type": "output_text", "text": "Hello."}]},
         {"role": "user", "content": probes.PROMPT},
     ]
-    _ok(s.post("responses", probes.responses_body(s, input=items, max_output_tokens=4)))
+    ok_json(s.post("responses", probes.responses_body(s, input=items, max_output_tokens=4)))
 
 
 @check("responses.max_output_tokens.incomplete", "responses", "required", "max_output_tokens: 1", "status incomplete, incomplete_details.reason max_output_tokens")
 def incomplete(s: Session) -> None:
     ex = s.post("responses", probes.responses_body(s, max_output_tokens=1, reasoning={"effort": "none"}))
-    data = _ok(ex)
+    data = ok_json(ex)
     expect(data.get("status") == "incomplete", f"status {data.get('status')!r}", ex)
     expect((data.get("incomplete_details") or {}).get("reason") == "max_output_tokens", f"incomplete_details {data.get('incomplete_details')!r}", ex)
 
@@ -108,7 +94,7 @@ def incomplete(s: Session) -> None:
 def _function_call(s: Session) -> tuple[Exchange, dict[str, Any]]:
     ex = probes.responses_tool(s)
     skip_if_rejected(ex, "function tools with a named tool_choice")
-    calls = [i for i in _ok(ex).get("output", []) if isinstance(i, dict) and i.get("type") == "function_call"]
+    calls = [i for i in ok_json(ex).get("output", []) if isinstance(i, dict) and i.get("type") == "function_call"]
     expect(calls, "no function_call item for a named tool_choice", ex)
     return ex, calls[0]
 
@@ -130,7 +116,7 @@ def function_round_trip(s: Session) -> None:
         {"type": "function_call", "call_id": call["call_id"], "name": call["name"], "arguments": call.get("arguments", "{}")},
         {"type": "function_call_output", "call_id": call["call_id"], "output": "18 C, clear"},
     ]
-    _ok(s.post("responses", probes.responses_body(s, input=items, max_output_tokens=8, reasoning={"effort": "none"})))
+    ok_json(s.post("responses", probes.responses_body(s, input=items, max_output_tokens=8, reasoning={"effort": "none"})))
 
 
 @check("responses.json_schema", "responses", "required", "text.format json_schema (strict)", "output_text parses as JSON valid against the schema")
@@ -141,7 +127,7 @@ def json_schema(s: Session) -> None:
     )
     ex = s.post("responses", body)
     skip_if_rejected(ex, "text.format json_schema")
-    _ok(ex)
+    ok_json(ex)
     doc = parse_json(probes.responses_text(ex), ex, "output_text")
     errors = list(jsonschema.Draft202012Validator(probes.CITY_SCHEMA).iter_errors(doc))
     expect(not errors, f"output violates the schema: {errors[0].message if errors else ''}", ex)
@@ -150,30 +136,30 @@ def json_schema(s: Session) -> None:
 @check("responses.stream.event_lines", "responses", "required", "stream: true", "every event has an event: line equal to data.type")
 def event_lines(s: Session) -> None:
     ex = probes.responses_stream(s)
-    for name, d in _events(ex):
+    for name, d in json_events(ex):
         expect(name == d.get("type"), f"event: {name!r} but data.type {d.get('type')!r}", ex)
 
 
 @check("responses.stream.event_schema", "responses", "required", "stream: true", "every event valid against ResponseStreamEvent")
 def event_schema(s: Session) -> None:
     ex = probes.responses_stream(s)
-    for _, d in _events(ex):
+    for _, d in json_events(ex):
         expect_schema("openai.ResponseStreamEvent", d, ex, f"event {d.get('type')}")
 
 
 @check("responses.stream.sequence_numbers", "responses", "required", "stream: true", "sequence_number counts up by one from 0")
 def sequence_numbers(s: Session) -> None:
     ex = probes.responses_stream(s)
-    nums = [d.get("sequence_number") for _, d in _events(ex)]
+    nums = [d.get("sequence_number") for _, d in json_events(ex)]
     expect(nums == list(range(len(nums))), f"sequence numbers {nums[:8]}…", ex)
 
 
 @check("responses.stream.lifecycle", "responses", "required", "stream: true", "response.created (in_progress) first; a terminal event last; nothing after it")
 def lifecycle(s: Session) -> None:
     ex = probes.responses_stream(s)
-    types = [d.get("type") for _, d in _events(ex)]
+    types = [d.get("type") for _, d in json_events(ex)]
     expect(types[0] == "response.created", f"first event {types[0]!r}", ex)
-    expect((_events(ex)[0][1].get("response") or {}).get("status") == "in_progress", "created response is not in_progress", ex)
+    expect((json_events(ex)[0][1].get("response") or {}).get("status") == "in_progress", "created response is not in_progress", ex)
     expect(types[-1] in TERMINAL, f"last event {types[-1]!r}", ex)
     expect(sum(t in TERMINAL for t in types) == 1, "more than one terminal event", ex)
 
@@ -183,7 +169,7 @@ def text_order(s: Session) -> None:
     ex = probes.responses_stream(s)
     delta = "response.output_text.delta"
     seq: list[str] = []
-    for _, d in _events(ex):
+    for _, d in json_events(ex):
         t = str(d.get("type"))
         if t.startswith("response.output_item.") and (d.get("item") or {}).get("type") != "message":
             continue
@@ -198,7 +184,7 @@ def text_order(s: Session) -> None:
 @check("responses.stream.text_done", "responses", "required", "stream: true", "output_text.done text equals the concatenated deltas")
 def text_done(s: Session) -> None:
     ex = probes.responses_stream(s)
-    events = [d for _, d in _events(ex)]
+    events = [d for _, d in json_events(ex)]
     deltas = "".join(d.get("delta", "") for d in events if d.get("type") == "response.output_text.delta")
     done = [d.get("text") for d in events if d.get("type") == "response.output_text.done"]
     expect(done and done[0] == deltas, "output_text.done text differs from the deltas", ex)
@@ -207,14 +193,14 @@ def text_done(s: Session) -> None:
 @check("responses.stream.matches_non_stream", "responses", "recommended", "the same temperature-0 request with and without stream", "the streamed text equals the non-stream text")
 def stream_matches(s: Session) -> None:
     ex = probes.responses_stream(s)
-    deltas = "".join(d.get("delta", "") for _, d in _events(ex) if d.get("type") == "response.output_text.delta")
+    deltas = "".join(d.get("delta", "") for _, d in json_events(ex) if d.get("type") == "response.output_text.delta")
     expect(deltas == probes.responses_text(probes.responses_basic(s)), "streamed text differs from the non-stream text", ex, streamed=deltas)
 
 
 @check("responses.stream.identity", "responses", "required", "stream: true", "response.id stable across lifecycle events; output_item.done id equals added; completed output equals done items")
 def identity(s: Session) -> None:
     ex = probes.responses_stream(s)
-    events = [d for _, d in _events(ex)]
+    events = [d for _, d in json_events(ex)]
     ids = {(d.get("response") or {}).get("id") for d in events if "response" in d}
     expect(len(ids) == 1, f"response ids {ids}", ex)
     added = {d.get("output_index"): (d.get("item") or {}).get("id") for d in events if d.get("type") == "response.output_item.added"}
@@ -228,7 +214,7 @@ def identity(s: Session) -> None:
 def stream_function_call(s: Session) -> None:
     ex = probes.responses_tool(s, stream=True)
     skip_if_rejected(ex, "function tools with a named tool_choice")
-    events = [d for _, d in _events(ex)]
+    events = [d for _, d in json_events(ex)]
     added = [d for d in events if d.get("type") == "response.output_item.added" and (d.get("item") or {}).get("type") == "function_call"]
     expect(added, "no function_call output_item.added", ex)
     expect(added[0]["item"].get("arguments") == "", "function_call item does not start with arguments ''", ex)
@@ -279,12 +265,12 @@ def sdk_matches(s: Session) -> None:
 @check("responses.store.previous_response_id", "responses", "recommended", "store: true, then GET /v1/responses/{id} and a follow-up with previous_response_id", "both 200")
 def store_previous(s: Session) -> None:
     first = s.post("responses", probes.responses_body(s, store=True, max_output_tokens=4))
-    rid = _ok(first).get("id")
+    rid = ok_json(first).get("id")
     got = s.get(f"/v1/responses/{rid}", api="responses")
     expect_status(got, 200)
     expect((got.json() or {}).get("id") == rid, "retrieved response has another id", got)
     nxt = s.post("responses", probes.responses_body(s, input="And another one.", previous_response_id=rid, max_output_tokens=4))
-    _ok(nxt)
+    ok_json(nxt)
 
 
 @check("responses.store.unknown_previous", "responses", "recommended", "previous_response_id that does not exist", "400 or 404 in the OpenAI error shape")

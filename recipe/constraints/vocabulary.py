@@ -8,31 +8,17 @@ accepted prefix can still be shown as text.
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 import weakref
 from dataclasses import dataclass, field
 
 from recipe.constraints.kinds import ConstraintError
+from recipe.detokenizer import byte_level_alphabet
 from recipe.tokenizer import Tokenizer
 
 # EOS spellings in order of preference when the caller does not name the stop ids.
 EOS_SPELLINGS = ("<｜end▁of▁sentence｜>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>", "<|end_of_text|>")
-
-
-@functools.cache
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's printable-unicode -> byte table (inverse of `bytes_to_unicode`)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,7 +89,7 @@ def vocabulary_of(tokenizer: Tokenizer, eos_token_ids: tuple[int, ...] | None = 
         raise ConstraintError("only BPE/WordPiece-style tokenizers with a vocab map are supported")
     decoder_spec = json.dumps(spec.get("decoder")) + json.dumps(spec.get("pre_tokenizer"))
     byte_level = "ByteLevel" in decoder_spec
-    table = _byte_decoder()
+    table = byte_level_alphabet()
     size = tokenizer.vocab_size
     pieces: list[bytes | None] = [None] * size
     for tok, i in vocab.items():

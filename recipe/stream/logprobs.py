@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
+from recipe.detokenizer import byte_level_alphabet
 from recipe.stream.updates import TokenLogprob
-
-
-@functools.cache
-def _byte_decoder() -> dict[str, int]:
-    """The inverse of GPT-2's byte-to-unicode table used by byte-level BPE vocabularies."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
 
 
 class LogprobRenderer:
@@ -35,7 +21,7 @@ class LogprobRenderer:
         if hit is not None:
             return hit
         raw = self._tok.id_to_token(token_id)
-        dec = _byte_decoder()
+        dec = byte_level_alphabet()
         if raw is not None and token_id not in self._tok.special_ids and all(c in dec for c in raw):
             data = [dec[c] for c in raw]
             # a token holding part of a character is spelled with \xNN escapes, as the reference does

@@ -35,7 +35,7 @@ def gpt2_style_tokenizer(added: tuple[str, ...] = ("<|endoftext|>", "<|im_end|>"
     from tokenizers import Tokenizer as HF
     from tokenizers import decoders, models, pre_tokenizers
 
-    from recipe.constraints.vocabulary import _byte_decoder
+    from recipe.detokenizer import byte_level_alphabet as _byte_decoder
 
     alphabet = sorted(_byte_decoder(), key=lambda c: _byte_decoder()[c])
     vocab = {c: i for i, c in enumerate(alphabet)}
