@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,7 +258,7 @@ class Pipeline:
 
     # -- running -----------------------------------------------------------------------------------------
 
-    async def run(self, gen: Generation) -> AsyncIterator[list[tuple[int, Any]]]:
+    async def run(self, gen: Generation) -> AsyncGenerator[list[tuple[int, Any]], None]:
         """Yields lists of `(choice_index, event)`; ends when every choice has finished."""
         updates = self.parts.updates
         n = len(gen.processors)
@@ -325,8 +325,8 @@ class Pipeline:
                 await asyncio.shield(aclose())
             if not all(engine_done):
                 await asyncio.shield(self.backend.abort(gen.engine_request_id))
-            for reason in gen.finish_reasons:
-                timer.finished(reason or "abort", prompt_tokens)
+            for final_reason in gen.finish_reasons:
+                timer.finished(final_reason or "abort", prompt_tokens)
 
     @staticmethod
     def _set_response_fields(events: list[Any], fields: dict[str, Any]) -> None:

@@ -85,8 +85,8 @@ def load_model(
     torch_dtype = parse_dtype(dtype)
 
     if str(name_or_path) == DEFAULT_MODEL:
-        model, info = load_gguf(smollm2_path(), dtype=torch_dtype, device=device)
-        return model, dataclasses.replace(info, name="SmolLM2-135M-Instruct")
+        demo, info = load_gguf(smollm2_path(), dtype=torch_dtype, device=device)
+        return demo, dataclasses.replace(info, name="SmolLM2-135M-Instruct")
     path = Path(name_or_path)
     if path.suffix == ".gguf":
         if not path.is_file():
@@ -96,7 +96,7 @@ def load_model(
         raise CheckpointError(f"model {str(name_or_path)!r} is neither 'smollm2', a .gguf file nor a checkpoint folder")
     config, generation, tokenizer_json = read_folder(path)
     arch = _architecture(config)
-    model = build_model(arch, config)
+    model: ModelForCausalLM = build_model(arch, config)
     model.load_weights(SafetensorsCheckpoint(path))
     finish_model(model, torch_dtype, device)
     bos = generation.get("bos_token_id", config.get("bos_token_id"))
