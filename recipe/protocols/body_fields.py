@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from recipe.errors import RequestError, parse_error
+from recipe.protocols.json_syntax import load_json
 
 U8_MAX = 2**8 - 1
 U32_MAX = 2**32 - 1
@@ -241,3 +242,31 @@ def tagged_object(value: Any, enum_name: str, tag_name: str = "type") -> dict[st
 
 
 __all__ = ["U8_MAX", "U32_MAX", "U64_MAX", "RequestError"]
+
+
+def request_body(
+    body: bytes | str | dict[str, Any],
+    struct_name: str,
+    struct_fields: int,
+    first_field: str,
+    readers: dict[str, Callable[[Any], Any]],
+    required: Sequence[str],
+) -> dict[str, Any]:
+    """A request body decoded and shape-checked like the reference's deserialiser: a JSON array is read
+    as the struct's fields in order (so its first element must be `first_field`), each known field is
+    checked by its reader, then the `required` fields are looked for in that order."""
+    obj = body if isinstance(body, dict) else load_json(body)
+    if isinstance(obj, list):
+        if not obj:
+            fail(f"invalid length 0, expected struct {struct_name} with {struct_fields} elements")
+        invalid_type(obj[0], first_field)
+    obj = mapping(obj, struct_name)
+    for key, value in obj.items():
+        reader = readers.get(key)
+        if reader is not None:
+            reader(value)
+    for req in required:
+        if req not in obj:
+            missing(req)
+    return obj
+

@@ -35,7 +35,6 @@ from recipe.protocols.assemble import (
     settle_reasoning,
 )
 from recipe.protocols.images import IMAGE_PLACEHOLDER, UNSUPPORTED_IMAGE, image_source_from_url
-from recipe.protocols.json_syntax import load_json
 from recipe.protocols.options import ConversionOptions
 from recipe.protocols.tools import (
     ABSENT,
@@ -241,20 +240,7 @@ _FIELD_READERS: dict[str, Any] = {
 
 def parse(body: bytes | str | dict[str, Any]) -> dict[str, Any]:
     """The decoded body, shape-checked; raises a parse `RequestError` like the reference's."""
-    obj = body if isinstance(body, dict) else load_json(body)
-    if isinstance(obj, list):
-        if not obj:
-            bf.fail(f"invalid length 0, expected struct {STRUCT} with {STRUCT_FIELDS} elements")
-        bf.invalid_type(obj[0], "a sequence")
-    obj = bf.mapping(obj, STRUCT)
-    for key, value in obj.items():
-        reader = _FIELD_READERS.get(key)
-        if reader is not None:
-            reader(value)
-    for req in ("messages", "model"):
-        if req not in obj:
-            bf.missing(req)
-    return obj
+    return bf.request_body(body, STRUCT, STRUCT_FIELDS, "a sequence", _FIELD_READERS, ("messages", "model"))
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -23,7 +23,6 @@ from recipe.protocols import body_fields as bf
 from recipe.protocols import sampling
 from recipe.protocols.assemble import build_request, resolve_model, settle_reasoning
 from recipe.protocols.images import IMAGE_PLACEHOLDER, UNSUPPORTED_IMAGE, source_base64_ok, url_scheme
-from recipe.protocols.json_syntax import load_json
 from recipe.protocols.options import ConversionOptions
 from recipe.protocols.prompt_json import dumps as prompt_json
 from recipe.protocols.tools import ToolSpec, check_name, finish_tools, tool_constraint
@@ -234,20 +233,7 @@ _FIELD_READERS: dict[str, Any] = {
 
 def parse(body: bytes | str | dict[str, Any]) -> dict[str, Any]:
     """The decoded body, shape-checked; raises a parse `RequestError` like the reference's."""
-    obj = body if isinstance(body, dict) else load_json(body)
-    if isinstance(obj, list):
-        if not obj:
-            bf.fail(f"invalid length 0, expected struct {STRUCT} with {STRUCT_FIELDS} elements")
-        bf.invalid_type(obj[0], "a string")
-    obj = bf.mapping(obj, STRUCT)
-    for key, value in obj.items():
-        reader = _FIELD_READERS.get(key)
-        if reader is not None:
-            reader(value)
-    for req in ("model", "messages"):
-        if req not in obj:
-            bf.missing(req)
-    return obj
+    return bf.request_body(body, STRUCT, STRUCT_FIELDS, "a string", _FIELD_READERS, ("model", "messages"))
 
 
 # ----------------------------------------------------------------------------------------------------

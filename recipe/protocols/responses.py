@@ -38,7 +38,6 @@ from recipe.protocols.assemble import (
     settle_reasoning,
 )
 from recipe.protocols.images import IMAGE_PLACEHOLDER, image_source_from_url
-from recipe.protocols.json_syntax import load_json
 from recipe.protocols.options import ConversionOptions
 from recipe.protocols.tools import (
     ABSENT,
@@ -304,19 +303,7 @@ _FIELD_READERS: dict[str, Any] = {
 
 def parse(body: bytes | str | dict[str, Any]) -> dict[str, Any]:
     """The decoded body, shape-checked; raises a parse `RequestError` like the reference's."""
-    obj = body if isinstance(body, dict) else load_json(body)
-    if isinstance(obj, list):
-        if not obj:
-            bf.fail(f"invalid length 0, expected struct {STRUCT} with {STRUCT_FIELDS} elements")
-        bf.invalid_type(obj[0], "a string")
-    obj = bf.mapping(obj, STRUCT)
-    for key, value in obj.items():
-        reader = _FIELD_READERS.get(key)
-        if reader is not None:
-            reader(value)
-    if "model" not in obj:
-        bf.missing("model")
-    return obj
+    return bf.request_body(body, STRUCT, STRUCT_FIELDS, "a string", _FIELD_READERS, ("model",))
 
 
 # ----------------------------------------------------------------------------------------------------
