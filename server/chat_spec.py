@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from recipe.stream.choices import merge_usage
+
 
 def _logprobs(lp: Any) -> Any:
     if isinstance(lp, dict) and ("content" not in lp or "refusal" not in lp):
@@ -35,21 +37,6 @@ def complete_body(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "choices": choices}
 
 
-def _merge_usage(total: dict[str, Any] | None, usage: dict[str, Any]) -> dict[str, Any]:
-    """Usage of several choices of one request: prompt counts once, completion counts add up."""
-    if total is None:
-        return dict(usage)
-    completion = total.get("completion_tokens", 0) + usage.get("completion_tokens", 0)
-    merged = {**total, "completion_tokens": completion, "total_tokens": total.get("prompt_tokens", 0) + completion}
-    details = total.get("completion_tokens_details")
-    more = usage.get("completion_tokens_details")
-    if isinstance(details, dict) and isinstance(more, dict):
-        merged["completion_tokens_details"] = {
-            k: details.get(k, 0) + more.get(k, 0) for k in {*details, *more} if isinstance(details.get(k, 0), int)
-        }
-    return merged
-
-
 class ChatUsageFraming:
     """OpenAI's usage framing for a Chat stream, over DeepSeek's.
 
@@ -61,7 +48,7 @@ class ChatUsageFraming:
 
     def __init__(self, include_usage: bool) -> None:
         self.include_usage = include_usage
-        self.usage: dict[str, Any] | None = None
+        self.usages: list[dict[str, Any]] = []
         self.envelope: dict[str, Any] | None = None
 
     def chunk(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -69,7 +56,7 @@ class ChatUsageFraming:
         data = complete_chunk(data)
         usage = data.get("usage")
         if isinstance(usage, dict) and data.get("choices"):
-            self.usage = _merge_usage(self.usage, usage)
+            self.usages.append(usage)
             self.envelope = data
         if isinstance(usage, dict) or (not self.include_usage and "usage" in data):
             data = {**data, "usage": None} if self.include_usage else {k: v for k, v in data.items() if k != "usage"}
@@ -77,8 +64,8 @@ class ChatUsageFraming:
 
     def usage_chunk(self) -> dict[str, Any] | None:
         """The final `choices: []` chunk (once), or None when usage was not asked for or is not known yet."""
-        if not self.include_usage or self.usage is None or self.envelope is None:
+        if not self.include_usage or not self.usages or self.envelope is None:
             return None
-        chunk = {**self.envelope, "choices": [], "usage": self.usage}
-        self.usage = None
+        chunk = {**self.envelope, "choices": [], "usage": merge_usage(self.usages)}
+        self.usages = []
         return chunk

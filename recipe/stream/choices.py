@@ -3,6 +3,7 @@ their chunks interleaved by the caller, then one `[DONE]`; `merge_choices` build
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from recipe.stream.processor import StreamProcessor
@@ -16,18 +17,26 @@ def merge_choices(processors: list[StreamProcessor]) -> dict[str, Any]:
     bodies = [p.response() for p in processors]
     merged = dict(bodies[0])
     merged["choices"] = sorted((c for b in bodies for c in b["choices"]), key=lambda c: c["index"])
-    usage = dict(bodies[0]["usage"] or {})
+    usage = merge_usage([b["usage"] for b in bodies])
     if usage:
-        completion = sum((b["usage"] or {}).get("completion_tokens", 0) for b in bodies)
+        merged["usage"] = usage
+    return merged
+
+
+def merge_usage(usages: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+    """The Chat usage of several choices of one request: the prompt counts once, completion tokens (and
+    reasoning tokens, when every choice reports them) add up. {} when the first choice has no usage."""
+    usage = dict(usages[0] or {}) if usages else {}
+    if usage:
+        completion = sum((u or {}).get("completion_tokens", 0) for u in usages)
         usage["completion_tokens"] = completion
         usage["total_tokens"] = usage["prompt_tokens"] + completion
-        reasoning = [b["usage"].get("completion_tokens_details") for b in bodies if b["usage"]]
+        reasoning = [u.get("completion_tokens_details") for u in usages if u]
         if all(r is not None for r in reasoning):
             usage["completion_tokens_details"] = {
                 "reasoning_tokens": sum(r["reasoning_tokens"] for r in reasoning if r is not None)
             }
-        merged["usage"] = usage
-    return merged
+    return usage
 
 
 def final_done() -> Event:
