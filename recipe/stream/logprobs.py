@@ -24,8 +24,12 @@ class LogprobRenderer:
         dec = byte_level_alphabet()
         if raw is not None and token_id not in self._tok.special_ids and all(c in dec for c in raw):
             data = [dec[c] for c in raw]
-            # a token holding part of a character is spelled with \xNN escapes, as the reference does
-            text = bytes(data).decode("utf-8", errors="backslashreplace")
+            try:
+                text = bytes(data).decode("utf-8")
+            except UnicodeDecodeError:
+                # a token that is not valid UTF-8 on its own is spelled with every byte as a \xNN escape,
+                # its valid characters included (the reference's rule)
+                text = "".join(f"\\x{b:02x}" for b in data)
         else:
             text = self._tok.decode([token_id])
             data = list(text.encode("utf-8"))
