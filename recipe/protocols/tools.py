@@ -19,6 +19,7 @@ import orjson
 from recipe.conversation import OutputConstraint, ToolDefinition
 from recipe.errors import RequestError, conversion_error
 from recipe.protocols.body_fields import unexpected, unit_variant
+from recipe.protocols.fast_metaschema import definitely_valid
 
 _NAME_RE = re.compile(r"[a-zA-Z0-9_-]+")
 _ABSENT = object()
@@ -140,8 +141,9 @@ def _schema_problem(schema_json: str) -> str | None:
     schema = orjson.loads(schema_json)
     if not isinstance(schema, (dict, bool)):
         return f'{_schema_repr(schema)} is not of types "boolean", "object"'
-    for error in _metaschema_validator().iter_errors(schema):
-        return _meta_message(error)
+    if not definitely_valid(schema):  # compiled pre-check; the Python validator words any message
+        for error in _metaschema_validator().iter_errors(schema):
+            return _meta_message(error)
     bad = _first_bad_ref(schema, schema)
     if bad is not None:
         return f"Pointer '{bad}' does not exist"
@@ -151,7 +153,9 @@ def _schema_problem(schema_json: str) -> str | None:
 def validate_schema_document(schema: Any, prefix: str) -> None:
     """The checks of compiling `schema` as a JSON Schema (draft 2020-12 metaschema, `$ref`s resolvable).
 
-    Results are cached by the schema's JSON text: agents send the same tools with every request.
+    Results are cached by the schema's JSON text (bounded LRU): agents send the same tools with every
+    request. A schema not seen before is pre-checked by a compiled validator (`fast_metaschema`); only
+    one that fails there goes through Python `jsonschema`, which words the reference's message.
     """
     problem = _schema_problem(compact_json(schema))
     if problem is not None:
