@@ -90,8 +90,9 @@ class BlockManager:
         for block_id in prefix_block_ids:
             self._take(block_id)
         seq.block_table = list(prefix_block_ids)
-        self.prefix_queries += len(seq.token_ids)
-        self.prefix_hits += len(prefix_block_ids) * self.block_size
+        if seq.num_preemptions == 0:  # a preempted sequence's re-admission is not a new lookup
+            self.prefix_queries += len(seq.token_ids)
+            self.prefix_hits += len(prefix_block_ids) * self.block_size
         if self.enable_prefix_caching:  # a forked prefix may not be registered yet: commit() finishes it
             hashes: list[bytes] = []
             for block_id in prefix_block_ids:
@@ -136,7 +137,12 @@ class BlockManager:
             seq.num_hashed_blocks += 1
 
     def free_sequence(self, seq: Sequence) -> None:
-        """Release `seq`'s blocks (tail first, so the deepest blocks are evicted first)."""
+        """Release `seq`'s blocks (tail first, so the deepest blocks are evicted first).
+
+        Blocks completed by the sequence's last step are committed first: a finished turn's prompt and
+        output stay in the prefix cache for the next turn of the conversation.
+        """
+        self.commit(seq)
         for block_id in reversed(seq.block_table):
             block = self.blocks[block_id]
             assert block.ref_count > 0, f"double free of block {block_id}"

@@ -101,3 +101,19 @@ def test_a_sequence_that_cannot_fit_waits_without_changing_anything() -> None:
     assert run_step(s, done) == [("big", 1)]
     assert [q.request_id for q in s.waiting] == ["next"]
     assert s.waiting[0].status == SequenceStatus.WAITING and not s.waiting[0].block_table
+
+
+def test_prefix_cache_lookups_are_counted_once_per_sequence_even_after_preemption() -> None:
+    s = make(num_blocks=6, budget=64)
+    seqs = [seq(f"r{i}", 6, max_tokens=6, first=100 * i) for i in range(3)]
+    for q in seqs:
+        s.add(q)
+    done: list[str] = []
+    for _ in range(200):
+        if not s.has_work():
+            break
+        run_step(s, done)
+    assert sum(q.num_preemptions for q in seqs) > 0  # re-admissions happened ...
+    bm = s.block_manager
+    assert bm.prefix_queries == 3 * 6  # ... but each sequence's prompt was looked up once
+    assert bm.prefix_hits == 0
