@@ -7,8 +7,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from recipe.codecs.builder import PromptBuilder
+from recipe.codecs.placeholders import image_placeholders
 
-from recipe.conversation import ImageSource, Message, ToolDefinition
+from recipe.conversation import Message, ToolCall, ToolDefinition
 
 BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"
@@ -96,23 +97,23 @@ def tool_lines(tools: Sequence[ToolDefinition], dumps: Callable[[Any], str]) -> 
     return [tool_line(t, dumps) for t in tools if not t.defer_loading]
 
 
-def content_with_images(b: PromptBuilder, content: str, sources: tuple[ImageSource, ...]) -> None:
-    """Plain content whose first `len(sources)` image spellings are placeholders (special)."""
-    if sources:
-        b.images(sources)
-        remaining = len(sources)
-        start = 0
-        while remaining:
-            at = content.find(IMAGE, start)
-            if at < 0:
-                break
-            b.text(content[start:at])
-            b.special(IMAGE)
-            start = at + len(IMAGE)
-            remaining -= 1
-        b.text(content[start:])
-    else:
+def content_with_images(b: PromptBuilder, m: Message) -> None:
+    """A message's plain content with the placeholders of its images as special ranges.
+
+    The placeholders are those at `m.image_offsets` (set by request conversion), else the first
+    `len(m.image_sources)` spellings of the placeholder; every other spelling stays plain text.
+    """
+    content, sources = m.content, m.image_sources
+    if not sources:
         b.text(content)
+        return
+    b.images(sources)
+    start = 0
+    for at in image_placeholders(m, IMAGE):
+        b.text(content[start:at])
+        b.special(IMAGE)
+        start = at + len(IMAGE)
+    b.text(content[start:])
 
 
 def assistant_text(b: PromptBuilder, text: str) -> None:
@@ -127,24 +128,33 @@ def assistant_text(b: PromptBuilder, text: str) -> None:
             b.text(part)
 
 
-def tool_results_in_call_order(results: Sequence[Message], calls_owner: Message | None) -> list[Message]:
-    """A run of tool messages sorted (stably) into the order of the calls they answer.
+def calls_sorted_by_id(calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+    """V4's order of one turn's calls: by call id compared as strings (code points), stable for equal ids."""
+    return tuple(sorted(calls, key=_call_id))
 
-    Results whose id answers no call of `calls_owner` (or repeats one) go last. Request conversion rejects
-    such results; for directly built conversations the reference orders them differently.
+
+def _call_id(call: ToolCall) -> str:
+    return call.id
+
+
+def tool_results_in_call_order(results: Sequence[Message], calls: Sequence[ToolCall] | None) -> list[Message]:
+    """A run of tool messages sorted (stably) into the order of the rendered `calls` they answer.
+
+    The key of a result is the position of the first call with its id; a result that answers no call
+    (possible only in a directly built conversation: request conversion rejects it) takes the first
+    call's key, as the reference's V4.1 renderer does. (Its V4 renderer places such results otherwise.)
     """
-    if len(results) < 2 or calls_owner is None or not calls_owner.tool_calls:
+    if len(results) < 2 or not calls:
         return list(results)
     index: dict[str, int] = {}
-    for i, call in enumerate(calls_owner.tool_calls):
+    for i, call in enumerate(calls):
         index.setdefault(call.id, i)
-    unknown = len(index)
-    return sorted(results, key=lambda m: index.get(m.tool_call_id or "", unknown))
+    return sorted(results, key=lambda m: index.get(m.tool_call_id or "", 0))
 
 
 def tool_results(b: PromptBuilder, results: Sequence[Message]) -> None:
     """`<tool_result>…</tool_result>` blocks joined with blank lines."""
     for i, m in enumerate(results):
         b.text("\n\n" + TOOL_RESULT_OPEN if i else TOOL_RESULT_OPEN)
-        content_with_images(b, m.content, m.image_sources)
+        content_with_images(b, m)
         b.text(TOOL_RESULT_CLOSE)

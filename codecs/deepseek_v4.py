@@ -2,6 +2,8 @@
 
 Layout: BOS, then one unmarked system text (effort preamble + every system message, hoisted, + tools
 section + response-format section), then the turns, then `<｜Assistant｜>` + `<think>`/`</think>`.
+An assistant turn's tool calls are listed sorted by call id (compared as strings), and the results
+that answer them follow in that order.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from recipe.codecs.deepseek_template import (
     TOOLS_TAIL,
     USER,
     assistant_text,
+    calls_sorted_by_id,
     content_with_images,
     emit_pieces,
     tool_lines,
@@ -32,7 +35,7 @@ from recipe.codecs.dsml import DsmlDialect, render_block_opener, render_calls
 from recipe.codecs.prompt_json import dumps_v4
 from recipe.codecs.rendered import RenderedPrompt
 
-from recipe.conversation import Conversation, Message
+from recipe.conversation import Conversation, Message, ToolCall
 
 SPECIAL_TOKENS: tuple[str, ...] = (
     BOS, EOS, USER, ASSISTANT, LATEST_REMINDER, THINK_START, THINK_END, DSML, IMAGE, *GROUNDING_TOKENS,
@@ -88,7 +91,7 @@ def _system_text(b: PromptBuilder, conv: Conversation, systems: list[Message], t
         if not first:
             b.text("\n\n")
         first = False
-        content_with_images(b, m.content, m.image_sources)
+        content_with_images(b, m)
     if tools_active:
         emit_pieces(b, TOOLS_HEAD)
         lines = tool_lines(conv.tools, dumps_v4)
@@ -129,7 +132,7 @@ def render(conv: Conversation) -> RenderedPrompt:
 
     turns = [m for m in messages if m.role != "system"]
     prev_tool_results = False
-    last_assistant: Message | None = None
+    last_calls: tuple[ToolCall, ...] | None = None  # the previous assistant turn's calls, as rendered
     i, n = 0, len(turns)
     while i < n:
         m = turns[i]
@@ -149,7 +152,7 @@ def render(conv: Conversation) -> RenderedPrompt:
                     if not first:
                         b.text("\n\n")
                     first = False
-                content_with_images(b, u.content, u.image_sources)
+                content_with_images(b, u)
             prev_tool_results = False
             i = j
             continue
@@ -158,7 +161,7 @@ def render(conv: Conversation) -> RenderedPrompt:
             while j < n and turns[j].role == "tool":
                 j += 1
             b.special(USER)
-            tool_results(b, tool_results_in_call_order(turns[i:j], last_assistant))
+            tool_results(b, tool_results_in_call_order(turns[i:j], last_calls))
             prev_tool_results = True
             i = j
             continue
@@ -170,11 +173,11 @@ def render(conv: Conversation) -> RenderedPrompt:
             b.special(ASSISTANT)
             _think(b, m, conv, tools_active)
             assistant_text(b, m.content)
-            if m.tool_calls is not None:  # an empty list renders an empty block on V4
-                render_calls(b, m.tool_calls, DIALECT)
+            last_calls = None if m.tool_calls is None else calls_sorted_by_id(m.tool_calls)
+            if last_calls is not None:  # an empty list renders an empty block on V4
+                render_calls(b, last_calls, DIALECT)
             if not (m.prefix and i == n - 1):
                 b.special(EOS)
-            last_assistant = m
             prev_tool_results = False
         i += 1
 

@@ -87,7 +87,7 @@ def _system_block(b: PromptBuilder, conv: Conversation, tools_active: bool) -> N
     b.special(SYSTEM)
     b.template(preamble)
     if first is not None:
-        content_with_images(b, first.content, first.image_sources)
+        content_with_images(b, first)
     if tools_active:
         emit_pieces(b, TOOLS_HEAD)
         lines = tool_lines(conv.tools, dumps_python)
@@ -137,7 +137,7 @@ def render(conv: Conversation) -> RenderedPrompt:
                 b.text("\n\n")
             else:
                 b.special(USER)
-            content_with_images(b, m.content, m.image_sources)
+            content_with_images(b, m)
             prev = "user"
         elif role == "tool":
             j = i
@@ -147,7 +147,7 @@ def render(conv: Conversation) -> RenderedPrompt:
                 b.text("\n\n")
             else:
                 b.special(USER)
-            tool_results(b, tool_results_in_call_order(turns[i:j], last_assistant))
+            tool_results(b, tool_results_in_call_order(turns[i:j], last_assistant.tool_calls if last_assistant else None))
             prev = "user"
             i = j
             continue
@@ -158,7 +158,7 @@ def render(conv: Conversation) -> RenderedPrompt:
             prev = "reminder"
         elif role == "system":
             b.special(SYSTEM)
-            content_with_images(b, m.content, m.image_sources)
+            content_with_images(b, m)
             _updated_tools(b, m)
             prev = ""
         else:  # assistant
