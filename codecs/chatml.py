@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from recipe.codecs.builder import PromptBuilder
+from recipe.codecs.placeholders import image_placeholders
 from recipe.codecs.prompt_json import parse_arguments
 from recipe.codecs.rendered import RenderedPrompt
 
@@ -89,10 +90,18 @@ def _turn(b: PromptBuilder, role: str, content: str, close: bool = True) -> None
 
 
 def _content(m: Message) -> str:
-    """Message text with the placeholders of its images (the first one per source) spelled out as text."""
+    """Message text with the placeholders of its images spelled `[Unsupported Image]`; a client's own
+    spelling of the placeholder stays as it is."""
     if not m.image_sources:
         return m.content
-    return m.content.replace(IMAGE_PLACEHOLDER, UNSUPPORTED_IMAGE, len(m.image_sources))
+    parts: list[str] = []
+    start = 0
+    for at in image_placeholders(m, IMAGE_PLACEHOLDER):
+        parts.append(m.content[start:at])
+        parts.append(UNSUPPORTED_IMAGE)
+        start = at + len(IMAGE_PLACEHOLDER)
+    parts.append(m.content[start:])
+    return "".join(parts)
 
 
 def _assistant_content(m: Message) -> str:

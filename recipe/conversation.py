@@ -71,7 +71,13 @@ class ImageSource:
 
 @dataclass(frozen=True)
 class Message:
-    """One conversation message. Role-specific fields keep their defaults on other roles."""
+    """One conversation message. Role-specific fields keep their defaults on other roles.
+
+    `image_offsets`: the code-point offsets in `content` of the image placeholders that request
+    conversion put there, one per image source. `None` (a directly built message) means the first
+    occurrences of the placeholder spelling, one per source, as the reference's constructors do. With
+    offsets, a placeholder spelled by the client's own text stays plain text.
+    """
 
     role: Role
     content: str
@@ -81,6 +87,7 @@ class Message:
     image_sources: tuple[ImageSource, ...] = ()
     prefix: bool = False
     tools: tuple[ToolDefinition, ...] | None = None
+    image_offsets: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ def _with_reasoning(m: Message, reasoning: str | None) -> Message:
         image_sources=m.image_sources,
         prefix=m.prefix,
         tools=m.tools,
+        image_offsets=m.image_offsets,
     )
 
 

@@ -34,7 +34,7 @@ from recipe.protocols.assemble import (
     response_constraint,
     settle_reasoning,
 )
-from recipe.protocols.images import IMAGE_PLACEHOLDER, UNSUPPORTED_IMAGE, image_source_from_url
+from recipe.protocols.images import UNSUPPORTED_IMAGE, image_source_from_url, join_parts
 from recipe.protocols.options import ConversionOptions
 from recipe.protocols.tools import (
     ABSENT,
@@ -248,29 +248,30 @@ def parse(body: bytes | str | dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------------
 
 
-def _convert_content(content: Any, role: str, index: int, version: ModelVersion) -> tuple[str, tuple[ImageSource, ...]]:
+def _convert_content(
+    content: Any, role: str, index: int, version: ModelVersion
+) -> tuple[str, tuple[ImageSource, ...], tuple[int, ...] | None]:
+    """Text, image sources and placeholder offsets of a message's `content`."""
     if content is None:
-        return "", ()
+        return "", (), None
     if isinstance(content, str):
-        return content, ()
-    texts: list[str] = []
-    images: list[ImageSource] = []
+        return content, (), None
+    parts: list[str | ImageSource] = []
     path = f".messages[{index}]"
     for part in content:
         kind = part["type"]
         if kind == "text":
-            texts.append(part["text"])
+            parts.append(part["text"])
         elif version is ModelVersion.V4:
-            texts.append(UNSUPPORTED_IMAGE)
+            parts.append(UNSUPPORTED_IMAGE)
         elif kind == "file":
             raise conversion_error(f"{path}: file must have a file_id or file_data")
         else:
             if role == "assistant":
                 raise conversion_error("Image in assistant message is not supported")
             img = part["image_url"]
-            images.append(image_source_from_url(img["url"], img.get("detail") or "high", path))
-            texts.append(IMAGE_PLACEHOLDER)
-    return "\n\n".join(texts), tuple(images)
+            parts.append(image_source_from_url(img["url"], img.get("detail") or "high", path))
+    return join_parts(parts)
 
 
 def _convert_messages(raw: list[dict[str, Any]], version: ModelVersion) -> list[Message]:
@@ -297,8 +298,10 @@ def _convert_messages(raw: list[dict[str, Any]], version: ModelVersion) -> list[
                     )
                 raise conversion_error("Messages with role 'tool' must be a response to a preceding message with 'tool_calls'")
             pending.remove(call_id)
-            content, images = _convert_content(m["content"], role, i, version)
-            out.append(Message(role="tool", content=content, tool_call_id=call_id, image_sources=images))
+            content, images, offsets = _convert_content(m["content"], role, i, version)
+            out.append(
+                Message(role="tool", content=content, tool_call_id=call_id, image_sources=images, image_offsets=offsets)
+            )
             continue
         if role == "assistant":
             content_raw = m.get("content")
@@ -314,7 +317,7 @@ def _convert_messages(raw: list[dict[str, Any]], version: ModelVersion) -> list[
                 raise conversion_error(
                     "Invalid completion message: prefix set true with message which is not final message or message role is not assistant"
                 )
-            content, _ = _convert_content(content_raw, role, i, version)
+            content, _, _ = _convert_content(content_raw, role, i, version)
             calls = None
             if calls_raw is not None:
                 calls = tuple(
@@ -331,10 +334,10 @@ def _convert_messages(raw: list[dict[str, Any]], version: ModelVersion) -> list[
                 )
             )
             continue
-        content, images = _convert_content(m["content"], role, i, version)
+        content, images, offsets = _convert_content(m["content"], role, i, version)
         if role == "system" and not content:
             continue  # the reference drops empty system messages
-        out.append(Message(role=role, content=content, image_sources=images))
+        out.append(Message(role=role, content=content, image_sources=images, image_offsets=offsets))
     if pending:
         raise conversion_error(insufficient)
     return out

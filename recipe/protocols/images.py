@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Sequence
 
 from recipe.conversation import ImageDetail, ImageSource
 from recipe.errors import conversion_error
@@ -15,6 +16,31 @@ _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
 # data:<media type>[;parameters];base64,<data>
 _DATA_URL_RE = re.compile(r"data:([^,;]*)((?:;[^,;]*)*);base64,(.*)", re.IGNORECASE | re.DOTALL)
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp"})
+
+
+def join_parts(parts: Sequence[str | ImageSource]) -> tuple[str, tuple[ImageSource, ...], tuple[int, ...] | None]:
+    """Content parts joined by blank lines: `(content, image sources, placeholder offsets)`.
+
+    Each image part becomes a placeholder whose code-point offset is recorded, so the renderer marks
+    exactly these placeholders special and leaves any spelling of it in the texts plain (the reference
+    does the same). Offsets are None when there is no image.
+    """
+    texts: list[str] = []
+    images: list[ImageSource] = []
+    offsets: list[int] = []
+    at = 0
+    for part in parts:
+        if texts:
+            at += 2
+        if isinstance(part, str):
+            texts.append(part)
+            at += len(part)
+        else:
+            images.append(part)
+            offsets.append(at)
+            texts.append(IMAGE_PLACEHOLDER)
+            at += len(IMAGE_PLACEHOLDER)
+    return "\n\n".join(texts), tuple(images), tuple(offsets) if offsets else None
 
 
 def url_scheme(url: str) -> str | None:

@@ -22,7 +22,7 @@ from recipe.errors import conversion_error
 from recipe.protocols import body_fields as bf
 from recipe.protocols import sampling
 from recipe.protocols.assemble import build_request, resolve_model, settle_reasoning
-from recipe.protocols.images import IMAGE_PLACEHOLDER, UNSUPPORTED_IMAGE, source_base64_ok, url_scheme
+from recipe.protocols.images import UNSUPPORTED_IMAGE, join_parts, source_base64_ok, url_scheme
 from recipe.protocols.options import ConversionOptions
 from recipe.protocols.prompt_json import dumps as prompt_json
 from recipe.protocols.tools import ToolSpec, check_name, finish_tools, tool_constraint
@@ -248,10 +248,10 @@ def _check_base64(data: str, path: str) -> None:
 
 def _image(
     block: dict[str, Any], version: ModelVersion, path: str, source_path: str | None = None
-) -> tuple[str, ImageSource | None]:
-    """V4: `[Unsupported Image]`; V4.1: a placeholder and its source (`source_path` defaults to `path`)."""
+) -> str | ImageSource:
+    """V4: the text `[Unsupported Image]`; V4.1: the image's source (`source_path` defaults to `path`)."""
     if version is ModelVersion.V4:
-        return UNSUPPORTED_IMAGE, None
+        return UNSUPPORTED_IMAGE
     src = block["source"]
     where = source_path or path
     if src["type"] == "file":
@@ -260,10 +260,10 @@ def _image(
         _check_base64(src["data"], path)
         media = "image/jpeg" if src["media_type"] == "image/jpg" else src["media_type"]
         url = f"data:{media};base64,{src['data']}"
-        return IMAGE_PLACEHOLDER, ImageSource(kind="data_url", detail="high", data_url=url, path=where)
+        return ImageSource(kind="data_url", detail="high", data_url=url, path=where)
     if url_scheme(src["url"]) not in ("http", "https"):
         raise conversion_error(f'{path}: invalid url: "{src["url"]}"')
-    return IMAGE_PLACEHOLDER, ImageSource(kind="url", detail="high", url=src["url"], path=where)
+    return ImageSource(kind="url", detail="high", url=src["url"], path=where)
 
 
 def _document(block: dict[str, Any]) -> str:
@@ -272,26 +272,24 @@ def _document(block: dict[str, Any]) -> str:
     return f"[Unsupported document type: {'unknown' if media is None else media}]"
 
 
-def _tool_result_content(block: dict[str, Any], version: ModelVersion, path: str) -> tuple[str, tuple[ImageSource, ...]]:
+def _tool_result_content(
+    block: dict[str, Any], version: ModelVersion, path: str
+) -> tuple[str, tuple[ImageSource, ...], tuple[int, ...] | None]:
     c = block.get("content")
     if c is None:
-        return "", ()
+        return "", (), None
     if isinstance(c, str):
-        return c, ()
-    texts: list[str] = []
-    images: list[ImageSource] = []
+        return c, (), None
+    parts: list[str | ImageSource] = []
     for k, b in enumerate(c):
         kind = b["type"]
         if kind == "text":
-            texts.append(b["text"])
+            parts.append(b["text"])
         elif kind == "image":
-            text, src = _image(b, version, f"{path}.tool_result.content[{k}]", source_path=f"{path}.tool_result")
-            texts.append(text)
-            if src is not None:
-                images.append(src)
+            parts.append(_image(b, version, f"{path}.tool_result.content[{k}]", source_path=f"{path}.tool_result"))
         elif kind == "document":
-            texts.append(_document(b))
-    return "\n\n".join(texts), tuple(images)
+            parts.append(_document(b))
+    return join_parts(parts)
 
 
 _SERVER_BLOCK = "Unsupported content block: server tools are not supported"
@@ -351,10 +349,12 @@ def _convert_messages(obj: dict[str, Any], version: ModelVersion, *, drop_server
                             f"messages.{i}.content.{j}: each tool_use must have a single result. "
                             f"Found multiple `tool_result` blocks with id: {tid}"
                         )
-                    text, imgs = _tool_result_content(b, version, f"messages.{i}.content.{j}")
+                    text, imgs, offsets = _tool_result_content(b, version, f"messages.{i}.content.{j}")
                     if leading:
                         answered.append(tid)
-                        out.append(Message(role="tool", content=text, tool_call_id=tid, image_sources=imgs))
+                        out.append(
+                            Message(role="tool", content=text, tool_call_id=tid, image_sources=imgs, image_offsets=offsets)
+                        )
                     continue
                 if pending and leading:
                     missing_ids = [p for p in pending if p not in answered]
@@ -364,8 +364,8 @@ def _convert_messages(obj: dict[str, Any], version: ModelVersion, *, drop_server
                 if kind == "text":
                     out.append(Message(role="user", content=b["text"]))
                 elif kind == "image":
-                    text, src = _image(b, version, path)
-                    out.append(Message(role="user", content=text, image_sources=() if src is None else (src,)))
+                    text, imgs, offsets = join_parts([_image(b, version, path)])
+                    out.append(Message(role="user", content=text, image_sources=imgs, image_offsets=offsets))
                 elif kind == "document":
                     out.append(Message(role="user", content=_document(b)))
                 elif kind == "tool_use":
@@ -381,33 +381,28 @@ def _convert_messages(obj: dict[str, Any], version: ModelVersion, *, drop_server
         if pending:
             _unanswered(i, pending)
         if role == "system":
-            texts = []
-            images = []
+            parts: list[str | ImageSource] = []
             for j, b in enumerate(blocks):
                 kind = b["type"]
                 if kind == "text":
-                    texts.append(b["text"])
+                    parts.append(b["text"])
                 elif kind == "image":
-                    text, src = _image(b, version, f"messages.{i}.content[{j}]", source_path=f"messages.{i}")
-                    texts.append(text)
-                    if src is not None:
-                        images.append(src)
+                    parts.append(_image(b, version, f"messages.{i}.content[{j}]", source_path=f"messages.{i}"))
                 elif kind == "document":
-                    texts.append(_document(b))
+                    parts.append(_document(b))
                 elif kind in ("server_tool_use", "web_search_tool_result"):
                     _server_block(drop_server_blocks)
-            text = "\n\n".join(texts)
+            text, images, offsets = join_parts(parts)
             if not text and version is ModelVersion.V4:
                 continue  # the reference drops an empty system reminder
             if version is ModelVersion.V4:
-                out.append(
-                    Message(role="user", content=f"<system-reminder>\n{text}\n</system-reminder>", image_sources=tuple(images))
-                )
+                # V4 has no image parts ([Unsupported Image] text), so there are no offsets to shift.
+                out.append(Message(role="user", content=f"<system-reminder>\n{text}\n</system-reminder>"))
             else:
-                out.append(Message(role="system", content=text, image_sources=tuple(images)))
+                out.append(Message(role="system", content=text, image_sources=images, image_offsets=offsets))
             continue
         # assistant
-        texts = []
+        texts: list[str] = []
         reasoning: list[str] = []
         calls: list[ToolCall] = []
         for j, b in enumerate(blocks):

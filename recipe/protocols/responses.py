@@ -37,7 +37,7 @@ from recipe.protocols.assemble import (
     response_constraint,
     settle_reasoning,
 )
-from recipe.protocols.images import IMAGE_PLACEHOLDER, image_source_from_url
+from recipe.protocols.images import image_source_from_url, join_parts
 from recipe.protocols.options import ConversionOptions
 from recipe.protocols.tools import (
     ABSENT,
@@ -311,20 +311,22 @@ def parse(body: bytes | str | dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------------
 
 
-def _content(content: Any, index: int, version: ModelVersion, role: str) -> tuple[str, tuple[ImageSource, ...]]:
+def _content(
+    content: Any, index: int, version: ModelVersion, role: str
+) -> tuple[str, tuple[ImageSource, ...], tuple[int, ...] | None]:
+    """Text, image sources and placeholder offsets of a message item's `content`."""
     if isinstance(content, str):
-        return content, ()
-    texts: list[str] = []
-    images: list[ImageSource] = []
+        return content, (), None
+    parts: list[str | ImageSource] = []
     path = f"input[{index}]"
     for j, part in enumerate(content):
         kind = part["type"]
         if kind in ("input_text", "output_text"):
-            texts.append(part["text"])
+            parts.append(part["text"])
         elif kind == "input_file":
-            texts.append(UNSUPPORTED_DOCUMENT)
+            parts.append(UNSUPPORTED_DOCUMENT)
         elif version is ModelVersion.V4:
-            texts.append("[Unsupported Image]")
+            parts.append("[Unsupported Image]")
         else:
             if role == "assistant":
                 raise conversion_error("Image in assistant message is not supported")
@@ -335,9 +337,8 @@ def _content(content: Any, index: int, version: ModelVersion, role: str) -> tupl
                 raise conversion_error(
                     f"{path}.content[{j}]: file_id is not supported. Pass the image as a base64 data url instead."
                 )
-            images.append(image_source_from_url(url, part.get("detail") or "high", path))
-            texts.append(IMAGE_PLACEHOLDER)
-    return "\n\n".join(texts), tuple(images)
+            parts.append(image_source_from_url(url, part.get("detail") or "high", path))
+    return join_parts(parts)
 
 
 def _output_text(output: Any) -> str:
@@ -347,20 +348,41 @@ def _output_text(output: Any) -> str:
 
 
 class _Assistant:
-    """An assistant turn being assembled from consecutive message / call / reasoning items."""
+    """An assistant turn assembled from consecutive message / call / reasoning items, with the outputs
+    that answer its calls.
 
-    def __init__(self) -> None:
+    Calls made while an earlier call of the turn is still unanswered join the turn, even after some
+    outputs. The turn's calls are listed by call id (compared as strings) and its outputs follow in
+    that order, as the reference converts them.
+    """
+
+    def __init__(self, reasoning: str | None) -> None:
         self.texts: list[str] = []
-        self.reasoning: str | None = None
-        self.calls: list[ToolCall] = []
+        self.reasoning = reasoning
+        self.calls: dict[str, ToolCall] = {}
+        self.outputs: dict[str, Message] = {}
 
-    def message(self) -> Message:
-        return Message(
+    def answered(self) -> bool:
+        return len(self.outputs) == len(self.calls)
+
+    def messages(self) -> list[Message]:
+        ids = sorted(self.calls)
+        turn = Message(
             role="assistant",
             content="\n\n".join(t for t in self.texts if t),
             reasoning_content=self.reasoning,
-            tool_calls=tuple(self.calls) if self.calls else None,
+            tool_calls=tuple(self.calls[c] for c in ids) if ids else None,
         )
+        return [turn, *(self.outputs[c] for c in ids if c in self.outputs)]
+
+
+def _nonempty_call_id(item: dict[str, Any], i: int) -> str:
+    cid: str = item["call_id"]
+    if not cid:
+        raise conversion_error(
+            f"Invalid 'input[{i}].call_id': empty string. Expected a string with minimum length 1, but got an empty string instead."
+        )
+    return cid
 
 
 def _convert_input(obj: dict[str, Any], version: ModelVersion) -> list[Message]:
@@ -385,20 +407,24 @@ def _convert_input(obj: dict[str, Any], version: ModelVersion) -> list[Message]:
     def close_turn() -> None:
         nonlocal turn
         if turn is not None:
-            out.append(turn.message())
+            out.extend(turn.messages())
             turn = None
 
     def open_turn() -> _Assistant:
+        """The turn that content joins: a new one once the current one has outputs."""
         nonlocal turn, pending_reasoning
+        if turn is not None and turn.outputs:
+            close_turn()
         if turn is None:
-            turn = _Assistant()
-            turn.reasoning = pending_reasoning
+            turn = _Assistant(pending_reasoning)
             pending_reasoning = None
         return turn
 
     def check_answered() -> None:
-        for cid, done in calls.items():
-            if not done:
+        """Every call answered. With several unanswered, the reference names one at random (it walks
+        a hash map); Recipe names the first in request order."""
+        for cid in calls:
+            if not calls[cid]:
                 raise conversion_error(f"No tool output found for tool call {cid}.")
 
     for i, item in enumerate(inp):
@@ -408,37 +434,37 @@ def _convert_input(obj: dict[str, Any], version: ModelVersion) -> list[Message]:
             if role == "assistant":
                 check_answered()
                 t = open_turn()
-                text, _ = _content(item["content"], i, version, role)
+                text, _, _ = _content(item["content"], i, version, role)
                 t.texts.append(text)
                 continue
             check_answered()
             if pending_reasoning is not None:
                 open_turn()
             close_turn()
-            text, images = _content(item["content"], i, version, role)
+            text, images, offsets = _content(item["content"], i, version, role)
             if role == "developer":
                 role = "user" if version is ModelVersion.V4 else "system"
-            out.append(Message(role=role, content=text, image_sources=images))
+            out.append(Message(role=role, content=text, image_sources=images, image_offsets=offsets))
         elif kind in ("function_call", "custom_tool_call"):
-            t = open_turn()
+            cid = _nonempty_call_id(item, i)
+            if cid in calls:
+                raise conversion_error(f"Duplicate 'call_id': {cid}.")
+            # A call joins the current turn while one of its calls awaits an output.
+            t = turn if turn is not None and not turn.answered() else open_turn()
             args = item["arguments"] if kind == "function_call" else compact_json({"input": item["input"]})
-            t.calls.append(ToolCall(id=item["call_id"], name=item["name"], arguments=args))
-            calls[item["call_id"]] = False
+            t.calls[cid] = ToolCall(id=cid, name=item["name"], arguments=args)
+            calls[cid] = False
         elif kind in ("function_call_output", "custom_tool_call_output"):
             if "call_id" not in item:
                 continue
-            cid = item["call_id"]
-            if not cid:
-                raise conversion_error(
-                    f"Invalid 'input[{i}].call_id': empty string. Expected a string with minimum length 1, but got an empty string instead."
-                )
+            cid = _nonempty_call_id(item, i)
             if cid not in calls:
                 raise conversion_error(f"No tool call found for tool output with call_id {cid}.")
             if calls[cid]:
                 raise conversion_error(f"Duplicate tool output for call_id: {cid}.")
             calls[cid] = True
-            close_turn()
-            out.append(Message(role="tool", content=_output_text(item["output"]), tool_call_id=cid))
+            assert turn is not None and cid in turn.calls  # earlier turns are closed only when answered
+            turn.outputs[cid] = Message(role="tool", content=_output_text(item["output"]), tool_call_id=cid)
         elif kind == "reasoning":
             check_answered()
             parts = item.get("content")

@@ -180,3 +180,81 @@ def outcomes() -> Any:
     return SimpleNamespace(
         actual=actual_outcome, expected=expected_outcome, diff=first_difference, view=conversion_view
     )
+
+
+MAKE_VECTORS = Path(__file__).resolve().parents[2] / "golden" / "make_vectors.py"
+
+
+@pytest.fixture(scope="session")
+def make_vectors() -> Any:
+    """`golden/make_vectors.py` as a module: the reference runner and the random body generators."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_vectors", MAKE_VECTORS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+UNANSWERED = "No tool output found for tool call "
+
+
+def _unanswered(message: str) -> str:
+    return UNANSWERED if message.startswith(UNANSWERED) else message
+
+
+@pytest.fixture(scope="session")
+def reference_diff(make_vectors: Any) -> Any:
+    """`diff(api, body_text)`: None when Recipe converts, renders and encodes the body exactly as the
+    official reference does (conversion, prompt, special ranges, image sources, V4 token ids, or the
+    error's status and message); otherwise a short description of the first difference.
+
+    A reference rejection of `n` is skipped: Recipe accepts n in [1, 16] (documented divergence). For
+    a Responses call without output the reference names one unanswered call at random (it walks a hash
+    map), so that message is compared up to the call id.
+    """
+    import deepseek_recipe as dr
+
+    from recipe.codec import convert, encode, render
+    from recipe.errors import RequestError
+    from recipe.tokenizer import load_deepseek_v4_tokenizer
+
+    ref_tok = make_vectors._tokenizer()
+    encodings = {"V4": dr.DeepseekV4Encoding().with_tokenizer(ref_tok), "V41": dr.DeepseekV41Encoding().with_tokenizer(ref_tok)}
+    tokenizer = load_deepseek_v4_tokenizer()
+
+    def diff(api: str, text: str) -> str | None:
+        ref = make_vectors.run_reference(api, text, encodings)
+        if "error" in ref:
+            if ref["error"]["message"].startswith("Invalid n value"):
+                return None
+            try:
+                convert(api, text)
+            except RequestError as exc:
+                if (exc.status, _unanswered(exc.message)) == (ref["error"]["status"], _unanswered(ref["error"]["message"])):
+                    return None
+                return f"error {exc.status} {exc.message!r} != reference {ref['error']['status']} {ref['error']['message']!r}"
+            return f"accepted; the reference rejects with {ref['error']['message']!r}"
+        try:
+            req = convert(api, text)
+        except RequestError as exc:
+            return f"rejected with {exc.message!r}; the reference accepts"
+        view = conversion_view(req)
+        d = first_difference(view, {k: ref[k] for k in view})
+        if d:
+            return f"conversion {d}"
+        rendered = render(req)
+        if rendered.prompt != ref["prompt"]:
+            return "prompt " + str(first_difference(rendered.prompt, ref["prompt"]))
+        if [list(r) for r in rendered.special_ranges] != ref["special_ranges"]:
+            ours = [rendered.prompt[a:b] + f"@{a}" for a, b in rendered.special_ranges]
+            theirs = [ref["prompt"][a:b] + f"@{a}" for a, b in ref["special_ranges"]]
+            return f"special ranges {first_difference(ours, theirs)}"
+        if [_image(s) for s in rendered.image_sources] != ref["image_sources"]:
+            return "image sources differ"
+        if ref["token_ids"] is not None and encode(req, tokenizer) != ref["token_ids"]:
+            return "token ids differ"
+        return None
+
+    return diff
