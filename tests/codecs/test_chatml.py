@@ -132,6 +132,13 @@ def test_image_placeholders_become_text_for_the_text_only_model() -> None:
     assert rendered.image_sources == ()
 
 
+def test_recorded_placeholder_becomes_text_and_the_clients_spelling_stays() -> None:
+    img = ImageSource("url", url="https://example.com/a.png")
+    content = "look <｜image｜> here\n\n<｜image｜>"
+    conv = Conversation((Message("user", content, image_sources=(img,), image_offsets=(content.rindex("<"),)),))
+    assert "user\nlook <｜image｜> here\n\n[Unsupported Image]<|im_end|>" in chatml.render(conv).prompt
+
+
 @pytest.fixture(scope="module")
 def smollm2_tokenizer() -> Tokenizer:
     from recipe.engine.models.gguf_tokenizer import tokenizer_json_from_gguf
