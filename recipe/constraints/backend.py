@@ -125,7 +125,7 @@ class CompiledConstraint:
 class Matcher:
     """Per-request state over a `CompiledConstraint` (see the module docstring for the EOS contract)."""
 
-    __slots__ = ("_compiled", "_eos", "_eos_bits", "_history", "_m", "_terminated", "_words")
+    __slots__ = ("_compiled", "_eos", "_eos_bits", "_history", "_m", "_out", "_out_u32", "_out_words", "_terminated", "_words")
 
     def __init__(self, compiled: CompiledConstraint) -> None:
         self._compiled = compiled
@@ -134,22 +134,35 @@ class Matcher:
         self._history: list[int] = []
         self._terminated = False
         self._words = bitmask.words_for(compiled.vocab_size)
-        self._eos_bits = tuple((e >> 5, np.uint32(1 << (e & 31))) for e in self._eos)
+        self._eos_bits = tuple((e >> 5, 1 << (e & 31)) for e in self._eos)
+        # The last caller array, checked once: engines and benchmarks fill the same array every step,
+        # and re-validating it (dtype, shape, views) cost more than an in-string llguidance mask.
+        self._out: np.ndarray | None = None
+        self._out_words: np.ndarray | None = None  # `_out` cut to exactly `_words` words
+        self._out_u32: memoryview | None = None  # the same words as unsigned ints, for the EOS bits
 
-    def fill_bitmask(self, out: np.ndarray) -> None:
-        """Fill `out` (int32, at least ceil(V/32) words; extra words are zeroed) with the allowed ids."""
+    def _bind(self, out: np.ndarray) -> None:
         words = self._words
         if out.dtype != np.int32 or out.ndim != 1 or out.shape[0] < words:
             raise ConstraintError(f"bitmask must be a 1-D int32 array of at least {words} words")
-        if out.shape[0] > words:
-            out[words:] = 0
-            out = out[:words]
+        view = out[:words]
+        self._out, self._out_words = out, view
+        self._out_u32 = memoryview(view.view(np.uint32)) if view.flags["C_CONTIGUOUS"] else None
+
+    def fill_bitmask(self, out: np.ndarray) -> None:
+        """Fill `out` (int32, at least ceil(V/32) words; extra words are zeroed) with the allowed ids."""
+        if out is not self._out:
+            self._bind(out)
+        view = self._out_words
+        assert view is not None
+        if out.shape[0] > self._words:
+            out[self._words :] = 0
         if self._terminated:
-            out[:] = 0
-            bitmask.set_allowed(out, self._eos)
+            view[:] = 0
+            bitmask.set_allowed(view, self._eos)
             return
-        self._m.fill(out)
-        self.fix_eos_bits(out)
+        self._m.fill(view)
+        self._fix_eos(view, self._out_u32)
 
     def fix_eos_bits(self, out: np.ndarray) -> None:
         """After the backend filled `out` (exactly ceil(V/32) words): EOS bits ⇔ can terminate."""
@@ -157,14 +170,17 @@ class Matcher:
             out[:] = 0
             bitmask.set_allowed(out, self._eos)
             return
+        self._fix_eos(out, memoryview(out.view(np.uint32)) if out.flags["C_CONTIGUOUS"] else None)
+
+    def _fix_eos(self, out: np.ndarray, u32: memoryview | None) -> None:
         # scalar ops on a uint32 view: no loop over the vocabulary
-        u = out.view(np.uint32)
+        u: Any = u32 if u32 is not None else out.view(np.uint32)
         if self._m.accepting():
             for w, b in self._eos_bits:
-                u[w] |= b
+                u[w] = int(u[w]) | b
         else:
             for w, b in self._eos_bits:
-                u[w] &= ~b
+                u[w] = int(u[w]) & ~b & 0xFFFFFFFF
 
     def accept(self, token_id: int) -> bool:
         token_id = int(token_id)

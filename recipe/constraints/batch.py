@@ -2,7 +2,7 @@
 
 `fill_bitmasks(matchers, out)` equals calling `matchers[i].fill_bitmask(out[i])` for every i (a test proves
 it); llguidance matchers are computed together on llguidance's thread pool (the GIL is released), others
-one by one. `None` entries leave their row all-ones (an unconstrained sequence in the same batch).
+(and llguidance matchers at their start state, whose mask is a copy) one by one. `None` entries leave their row all-ones (an unconstrained sequence in the same batch).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def fill_bitmasks(matchers: Sequence[Matcher | None], out: np.ndarray) -> None:
             out[i] = -1
             continue
         bm = m.backend_matcher
-        if isinstance(bm, LLBackendMatcher) and not m.is_terminated() and out.shape[1] == m._words:
-            parallel.append((bm._m, i))
+        if isinstance(bm, LLBackendMatcher) and not bm.at_start and not m.is_terminated() and out.shape[1] == m._words:
+            parallel.append((bm.raw, i))
             words = m._words
         else:
             m.fill_bitmask(out[i])
