@@ -68,8 +68,12 @@ def _regexes_ok(node: Any) -> bool:
     return True
 
 
-def definitely_valid(schema: Any) -> bool:
-    """True only if the Python metaschema check (formats included) finds nothing; False: unknown."""
+def definitely_valid(schema: Any, schema_json: str | None = None) -> bool:
+    """True only if the Python metaschema check (formats included) finds nothing; False: unknown.
+
+    `schema_json`: the schema as serialised by `tools.compact_json` (keys written out plainly), when the
+    caller has it; without the text `"pattern` in it there is no regex to check.
+    """
     validator = _compiled()
     if validator is None:
         return False
@@ -78,4 +82,6 @@ def definitely_valid(schema: Any) -> bool:
             return False
     except Exception:  # values the compiled side cannot take (integers beyond 64 bits...)
         return False
+    if schema_json is not None and '"pattern' not in schema_json:
+        return True
     return _regexes_ok(schema)

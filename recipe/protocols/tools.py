@@ -141,7 +141,7 @@ def _schema_problem(schema_json: str) -> str | None:
     schema = orjson.loads(schema_json)
     if not isinstance(schema, (dict, bool)):
         return f'{_schema_repr(schema)} is not of types "boolean", "object"'
-    if not definitely_valid(schema):  # compiled pre-check; the Python validator words any message
+    if not definitely_valid(schema, schema_json):  # compiled pre-check; the Python validator words any message
         for error in _metaschema_validator().iter_errors(schema):
             return _meta_message(error)
     bad = _first_bad_ref(schema, schema)
