@@ -24,6 +24,7 @@ class AttentionContext:
     slot_mapping: torch.Tensor  # int64 [N]
     block_tables: torch.Tensor  # int64 [B, max_blocks]
     block_size: int
+    kind_tables: dict[str, torch.Tensor] | None = None  # models with several cache kinds: kind -> [B, max_blocks]
 
     @property
     def is_decode_only(self) -> bool:

@@ -1,0 +1,69 @@
+"""Manifold-constrained hyper-connections (DeepSeek-V4): `hc_mult` residual streams per token instead of one.
+
+Before a block, a one-layer perceptron over the (unweighted-RMS-normalised) concatenated streams yields
+`pre` (collapse weights), `post` (expand weights) and `comb` (stream mixing, projected towards a doubly
+stochastic matrix by Sinkhorn-Knopp); the block reads the `pre`-collapsed streams and its output returns as
+`post * out + comb^T @ streams`. `HyperHead` collapses the streams once more before the final norm.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def unweighted_rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + eps).to(x.dtype)
+
+
+class HyperConnection(nn.Module):
+    """Streams [N, hc, D] -> (post [N, hc], comb [N, hc, hc], collapsed [N, D])."""
+
+    def __init__(self, hidden_size: int, hc_mult: int, sinkhorn_iters: int, hc_eps: float, norm_eps: float) -> None:
+        super().__init__()
+        self.hc, self.iters, self.hc_eps, self.norm_eps = hc_mult, sinkhorn_iters, hc_eps, norm_eps
+        width = (2 + hc_mult) * hc_mult
+        self.fn = nn.Parameter(torch.empty(width, hc_mult * hidden_size, dtype=torch.float32))
+        self.base = nn.Parameter(torch.empty(width, dtype=torch.float32))
+        self.scale = nn.Parameter(torch.empty(3, dtype=torch.float32))
+
+    def forward(self, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        n, hc = streams.shape[0], self.hc
+        flat = unweighted_rms_norm(streams.reshape(n, -1).float(), self.norm_eps)
+        mix = F.linear(flat, self.fn.float())
+        pre_w, post_w, comb_w = mix.split([hc, hc, hc * hc], dim=-1)
+        pre_b, post_b, comb_b = self.base.float().split([hc, hc, hc * hc])
+        s = self.scale.float()
+        pre = torch.sigmoid(pre_w * s[0] + pre_b) + self.hc_eps
+        post = 2 * torch.sigmoid(post_w * s[1] + post_b)
+        comb = torch.softmax(comb_w.view(n, hc, hc) * s[2] + comb_b.view(hc, hc), dim=-1) + self.hc_eps
+        comb = comb / (comb.sum(dim=-2, keepdim=True) + self.hc_eps)
+        for _ in range(self.iters - 1):
+            comb = comb / (comb.sum(dim=-1, keepdim=True) + self.hc_eps)
+            comb = comb / (comb.sum(dim=-2, keepdim=True) + self.hc_eps)
+        collapsed = (pre.unsqueeze(-1) * streams).sum(dim=1).to(streams.dtype)
+        return post, comb, collapsed
+
+
+def expand(streams: torch.Tensor, out: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
+    """The block output `out` [N, D] returned into the streams [N, hc, D]: post * out + comb^T @ streams."""
+    dtype = streams.dtype
+    return post.to(dtype).unsqueeze(-1) * out.unsqueeze(-2) + torch.matmul(comb.to(dtype).transpose(-1, -2), streams)
+
+
+class HyperHead(nn.Module):
+    """The final collapse of the streams [N, hc, D] -> [N, D]."""
+
+    def __init__(self, hidden_size: int, hc_mult: int, hc_eps: float, norm_eps: float) -> None:
+        super().__init__()
+        self.hc_eps, self.norm_eps = hc_eps, norm_eps
+        self.hc_fn = nn.Parameter(torch.empty(hc_mult, hc_mult * hidden_size, dtype=torch.float32))
+        self.hc_base = nn.Parameter(torch.empty(hc_mult, dtype=torch.float32))
+        self.hc_scale = nn.Parameter(torch.empty(1, dtype=torch.float32))
+
+    def forward(self, streams: torch.Tensor) -> torch.Tensor:
+        flat = unweighted_rms_norm(streams.flatten(1).float(), self.norm_eps)
+        mix = F.linear(flat, self.hc_fn.float())
+        pre = torch.sigmoid(mix * self.hc_scale.float() + self.hc_base.float()) + self.hc_eps
+        return (pre.unsqueeze(-1) * streams).sum(dim=1).to(streams.dtype)

@@ -1,0 +1,164 @@
+"""DeepSeek-V4 attention: shared-key-value multi-query attention over a sliding window plus, on compressed
+layers, compressed entries of the whole history.
+
+One KV head whose key is also its value; partial interleaved RoPE on the trailing channels, undone on the
+output (so each value contributes by relative position); a learned per-head sink in the softmax
+denominator; a grouped low-rank output projection. Layer types:
+- `sliding_attention`: the last `sliding_window` tokens only;
+- `heavily_compressed_attention`: plus every complete window of `rate` tokens, compressed to one entry;
+- `compressed_sparse_attention`: plus the `index_topk` overlapping compressed entries the lightning indexer
+  picks per query.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from recipe.engine.layers.compressor import Compressor, Indexer
+from recipe.engine.layers.hyper_connections import unweighted_rms_norm
+from recipe.engine.layers.rmsnorm import RMSNorm
+from recipe.engine.layers.v4_kv import PagedRows, V4Plan
+from recipe.engine.layers.v4_rope import V4Rotary, rotate_tail
+from torch import nn
+
+SLIDING, CSA, HCA = "sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"
+
+
+def attend_with_sinks(q: torch.Tensor, keys: torch.Tensor, visible: torch.Tensor, sinks: torch.Tensor,
+                      scale: float) -> torch.Tensor:
+    """q [n, H, D] over shared keys=values [K, D]; visible bool [n, K]; one sink logit per head -> [n, H, D]."""
+    n, heads, _ = q.shape
+    logits = torch.matmul(q, keys.t()) * scale  # [n, H, K]
+    logits = logits.masked_fill(~visible[:, None, :], float("-inf"))
+    logits = torch.cat((logits, sinks.to(logits.dtype).view(1, heads, 1).expand(n, heads, 1)), dim=-1)
+    logits = logits - logits.max(dim=-1, keepdim=True).values
+    probs = F.softmax(logits, dim=-1)[..., :-1]
+    return torch.matmul(probs.to(keys.dtype), keys)
+
+
+class V4Attention(nn.Module):
+    def __init__(self, layer_type: str, hidden_size: int, num_heads: int, head_dim: int, q_lora_rank: int,
+                 o_groups: int, o_lora_rank: int, sliding_window: int, rate: int, index_heads: int,
+                 index_head_dim: int, index_topk: int, eps: float) -> None:
+        super().__init__()
+        self.layer_type, self.num_heads, self.head_dim = layer_type, num_heads, head_dim
+        self.window, self.rate, self.eps, self.o_groups = sliding_window, rate, eps, o_groups
+        self.q_a_proj = nn.Linear(hidden_size, q_lora_rank, bias=False)
+        self.q_a_norm = RMSNorm(q_lora_rank, eps)
+        self.q_b_proj = nn.Linear(q_lora_rank, num_heads * head_dim, bias=False)
+        self.kv_proj = nn.Linear(hidden_size, head_dim, bias=False)
+        self.kv_norm = RMSNorm(head_dim, eps)
+        self.o_a_proj = nn.Linear(num_heads * head_dim // o_groups, o_groups * o_lora_rank, bias=False)
+        self.o_b_proj = nn.Linear(o_groups * o_lora_rank, hidden_size, bias=False)
+        self.sinks = nn.Parameter(torch.empty(num_heads, dtype=torch.float32))
+        self.compressor: Compressor | None = None
+        self.indexer: Indexer | None = None
+        if layer_type != SLIDING:
+            self.compressor = Compressor(hidden_size, head_dim, rate, overlap=layer_type == CSA, eps=eps)
+        if layer_type == CSA:
+            self.indexer = Indexer(hidden_size, q_lora_rank, index_heads, index_head_dim, index_topk, rate, eps)
+        self.window_rows: PagedRows | None = None  # views into the pools, set by the model
+        self.compressed_rows: PagedRows | None = None
+
+    # ----- cache layout ---------------------------------------------------------------------------------
+    @property
+    def window_row_width(self) -> int:
+        """Per token: the key (= value), then the compressors' records."""
+        width = self.head_dim
+        if self.compressor is not None:
+            width += self.compressor.record_width
+        if self.indexer is not None:
+            width += self.indexer.compressor.record_width
+        return width
+
+    @property
+    def compressed_row_width(self) -> int:
+        if self.compressor is None:
+            return 0
+        return self.head_dim + (self.indexer.head_dim if self.indexer is not None else 0)
+
+    @property
+    def lookback(self) -> int:
+        """Tokens before a step's first token whose window rows the step reads."""
+        back = self.window - 1
+        if self.compressor is not None:
+            back = max(back, (2 * self.rate if self.indexer is not None else self.rate) - 1)
+        return back
+
+    # ----- forward --------------------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                plan: V4Plan, window_kind: str, compressed_kind: str | None, compress_rope: V4Rotary
+                ) -> torch.Tensor:
+        """x [N, hidden] (normalised) -> [N, hidden]; cos/sin: this layer's RoPE at `positions`;
+        `compress_rope` places the compressed entries."""
+        n = x.shape[0]
+        q_residual = self.q_a_norm(self.q_a_proj(x))
+        q = unweighted_rms_norm(self.q_b_proj(q_residual).view(n, self.num_heads, self.head_dim), self.eps)
+        q = rotate_tail(q, cos, sin)
+        kv = rotate_tail(self.kv_norm(self.kv_proj(x)), cos, sin)
+        rows = [kv]
+        if self.compressor is not None:
+            rows.append(self.compressor.records(x))
+        if self.indexer is not None:
+            rows.append(self.indexer.compressor.records(x))
+            iq, iw = self.indexer.queries(q_residual, x, cos, sin)
+        new_rows = torch.cat(rows, dim=-1)
+        out = torch.empty_like(q)
+        assert self.window_rows is not None, "the KV cache was not allocated"
+        for span in plan.spans:
+            s, e, p0 = span.start, span.end, span.pos0
+            p1 = p0 + e - s
+            wtable = span.tables[window_kind]
+            lo = max(0, p0 - self.lookback)
+            past = self.window_rows.read(wtable, lo, p0)
+            seq_rows = torch.cat((past, new_rows[s:e]), dim=0)  # positions [lo, p1)
+            keep = max(p0, p1 - self.lookback)
+            self.window_rows.write(wtable, keep, new_rows[s + keep - p0 : e])
+            qpos = positions[s:e]
+            kpos = torch.arange(lo, p1, device=x.device)
+            visible = (kpos[None, :] <= qpos[:, None]) & (kpos[None, :] > qpos[:, None] - self.window)
+            keys = seq_rows[:, : self.head_dim]
+            if self.compressor is not None:
+                assert compressed_kind is not None and self.compressed_rows is not None
+                entries, entry_visible = self._compressed(
+                    seq_rows, lo, p0, p1, span.tables[compressed_kind], qpos, cos[s:e], sin[s:e],
+                    iq[s:e] if self.indexer is not None else None, iw[s:e] if self.indexer is not None else None,
+                    compress_rope,
+                )
+                keys = torch.cat((keys, entries), dim=0)
+                visible = torch.cat((visible, entry_visible), dim=1)
+            out[s:e] = attend_with_sinks(q[s:e], keys, visible, self.sinks, self.head_dim**-0.5)
+        out = rotate_tail(out, cos, -sin)
+        grouped = out.reshape(n, self.o_groups, -1)
+        weight = self.o_a_proj.weight.view(self.o_groups, -1, grouped.shape[-1])
+        grouped = torch.bmm(grouped.transpose(0, 1), weight.transpose(1, 2)).transpose(0, 1)
+        return self.o_b_proj(grouped.reshape(n, -1))
+
+    def _compressed(self, seq_rows: torch.Tensor, lo: int, p0: int, p1: int, table: torch.Tensor,
+                    qpos: torch.Tensor, qcos: torch.Tensor, qsin: torch.Tensor, iq: torch.Tensor | None,
+                    iw: torch.Tensor | None, rope: V4Rotary) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pool the windows completed in this step, store them, and return (all entries [E, head_dim],
+        which of them each query sees [n, E])."""
+        assert self.compressor is not None and self.compressed_rows is not None
+        m, d = self.rate, self.head_dim
+        first, last = p0 // m, p1 // m  # entries before this step; after it
+        if last > first:
+            back = 1 if self.indexer is not None and first > 0 else 0
+            a, b = (first - back) * m - lo, last * m - lo
+            wpos = torch.arange(first, last, device=seq_rows.device) * m
+            ccos, csin = rope.cos_sin(wpos, qcos.dtype)
+            main_w = self.compressor.record_width
+            new = [self.compressor.pool(seq_rows[a:b, d : d + main_w], first, ccos, csin)]
+            if self.indexer is not None:
+                new.append(self.indexer.compressor.pool(seq_rows[a:b, d + main_w :], first, ccos, csin))
+            self.compressed_rows.write(table, first, torch.cat(new, dim=-1))
+        stored = self.compressed_rows.read(table, 0, last)
+        entries = stored[:, :d]
+        complete = (qpos + 1) // m
+        if self.indexer is None:
+            visible = torch.arange(last, device=qpos.device)[None, :] < complete[:, None]
+        else:
+            assert iq is not None and iw is not None
+            visible = self.indexer.select(iq, iw, stored[:, d:], qpos)
+        return entries, visible
+

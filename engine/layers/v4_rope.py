@@ -1,0 +1,40 @@
+"""DeepSeek-V4 rotary embedding: interleaved pairs (x[2i], x[2i+1]) rotated on the trailing `rope_dim` channels
+of each head, the leading channels left as they are; the output stays interleaved. Two tables exist: "main"
+(sliding-window layers) and "compress" (compressed layers, their compressors and indexers)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from recipe.engine.layers.rotary import rope_inv_freq
+from torch import nn
+
+
+class V4Rotary(nn.Module):
+    """cos/sin [N, rope_dim/2] for positions, from one `rope_parameters` entry."""
+
+    def __init__(self, params: Mapping[str, Any], rope_dim: int, max_positions: int) -> None:
+        super().__init__()
+        inv_freq, scale = rope_inv_freq(params, rope_dim, max_positions)
+        self.inv_freq: torch.Tensor
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.scale = scale
+
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions[:, None].to(torch.float32) * self.inv_freq.to(positions.device)
+        return (freqs.cos() * self.scale).to(dtype), (freqs.sin() * self.scale).to(dtype)
+
+
+def rotate_tail(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the last 2 * cos.shape[-1] channels of x [N, ..., D] by per-token cos/sin [N, rope_dim/2]
+    (pass -sin to rotate back). Computed in fp32, returned in x's dtype."""
+    half = cos.shape[-1]
+    while cos.dim() < x.dim():
+        cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    nope, rope = x[..., : x.shape[-1] - 2 * half], x[..., x.shape[-1] - 2 * half :].float()
+    x1, x2 = rope[..., 0::2], rope[..., 1::2]
+    c, s = cos.float(), sin.float()
+    rotated = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+    return torch.cat((nope, rotated.to(x.dtype)), dim=-1)

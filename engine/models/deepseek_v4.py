@@ -1,0 +1,162 @@
+"""The DeepSeek-V4 architecture (as `transformers` 5.24 defines `DeepseekV4ForCausalLM`).
+
+Each token carries `hc_mult` residual streams (hyper-connections). A layer is attention (sliding window,
+plus compressed sparse or heavily compressed entries of the whole history, per `layer_types`) then a
+mixture of experts (hash-routed by token id or score-routed, per `mlp_layer_types`), each entered and left
+through a hyper-connection. The KV layout is several cache kinds (`cache_specs`): the window kind keeps
+the last tokens only, the compressed kinds one row per `rate` tokens. Multi-token-prediction weights, when
+the checkpoint has them, are kept (`mtp_weights`) for a speculative drafter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from recipe.engine.layers.hyper_connections import HyperConnection, HyperHead, expand
+from recipe.engine.layers.rmsnorm import RMSNorm
+from recipe.engine.layers.v4_attention import CSA, HCA, SLIDING, V4Attention
+from recipe.engine.layers.v4_kv import CacheSpec, PagedRows, V4Plan, V4Span
+from recipe.engine.layers.v4_moe import V4MoE, V4Router
+from recipe.engine.layers.v4_rope import V4Rotary
+from recipe.engine.models.deepseek_v4_config import DeepseekV4Config
+from torch import nn
+
+WINDOW = "window"
+
+
+def compressed_kind(rate: int) -> str:
+    return f"compressed_{rate}"
+
+
+class DeepseekV4DecoderLayer(nn.Module):
+    def __init__(self, c: DeepseekV4Config, index: int) -> None:
+        super().__init__()
+        kind = c.layer_types[index]
+        self.layer_type = kind
+        self.self_attn = V4Attention(
+            kind, c.hidden_size, c.num_heads, c.head_dim, c.q_lora_rank, c.o_groups, c.o_lora_rank,
+            c.sliding_window, c.rate(kind), c.index_n_heads, c.index_head_dim, c.index_topk, c.rms_norm_eps,
+        )
+        hash_vocab = c.vocab_size if c.mlp_layer_types[index] == "hash_moe" else None
+        router = V4Router(c.hidden_size, c.n_routed_experts, c.num_experts_per_tok, c.scoring_func,
+                          c.routed_scaling_factor, hash_vocab)
+        self.mlp = V4MoE(c.hidden_size, c.moe_intermediate_size, c.n_routed_experts, router, c.swiglu_limit)
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.attn_hc = HyperConnection(c.hidden_size, c.hc_mult, c.hc_sinkhorn_iters, c.hc_eps, c.rms_norm_eps)
+        self.ffn_hc = HyperConnection(c.hidden_size, c.hc_mult, c.hc_sinkhorn_iters, c.hc_eps, c.rms_norm_eps)
+
+    @property
+    def compressed_kind(self) -> str | None:
+        return None if self.layer_type == SLIDING else compressed_kind(self.self_attn.rate)
+
+    def forward(self, streams: torch.Tensor, token_ids: torch.Tensor, positions: torch.Tensor,
+                ropes: dict[str, tuple[torch.Tensor, torch.Tensor]], compress_rope: V4Rotary,
+                plan: V4Plan) -> torch.Tensor:
+        cos, sin = ropes["main" if self.layer_type == SLIDING else "compress"]
+        post, comb, collapsed = self.attn_hc(streams)
+        out = self.self_attn(self.input_layernorm(collapsed), positions, cos, sin, plan, WINDOW,
+                             self.compressed_kind, compress_rope)
+        streams = expand(streams, out, post, comb)
+        post, comb, collapsed = self.ffn_hc(streams)
+        return expand(streams, self.mlp(self.post_attention_layernorm(collapsed), token_ids), post, comb)
+
+
+class DeepseekV4ForCausalLM(nn.Module):
+    """forward(input_ids [N], positions [N], plan) -> hidden [N, H]."""
+
+    def __init__(self, c: DeepseekV4Config) -> None:
+        super().__init__()
+        self.config = c
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList(DeepseekV4DecoderLayer(c, i) for i in range(c.num_layers))
+        self.hc_head = HyperHead(c.hidden_size, c.hc_mult, c.hc_eps, c.rms_norm_eps)
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.lm_head = None if c.tie_word_embeddings else nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+        self.rotary = self.make_rotary()
+        self.mtp_weights: dict[str, torch.Tensor] = {}
+        self.pools: dict[str, torch.Tensor] = {}
+
+    def make_rotary(self) -> nn.ModuleDict:
+        """The "main" and "compress" RoPE tables (rebuilt after materialising a model made on the meta device)."""
+        c = self.config
+        return nn.ModuleDict({name: V4Rotary(p, c.rope_head_dim, c.max_positions)
+                              for name, p in c.rope_parameters.items()})
+
+    def decoder_layers(self) -> list[DeepseekV4DecoderLayer]:
+        return [layer for layer in self.layers if isinstance(layer, DeepseekV4DecoderLayer)]
+
+    # ----- KV layout ------------------------------------------------------------------------------------
+    def cache_specs(self) -> list[CacheSpec]:
+        """The window kind, then one compressed kind per compression rate in use."""
+        layers = self.decoder_layers()
+        lookback = max(layer.self_attn.lookback for layer in layers)
+        specs = [CacheSpec(WINDOW, 1, lookback, sum(layer.self_attn.window_row_width for layer in layers))]
+        widths: dict[int, int] = {}
+        for layer in layers:
+            if layer.layer_type != SLIDING:
+                rate = layer.self_attn.rate
+                widths[rate] = widths.get(rate, 0) + layer.self_attn.compressed_row_width
+        specs += [CacheSpec(compressed_kind(rate), rate, None, w) for rate, w in sorted(widths.items())]
+        return specs
+
+    def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
+        """Bytes of one block of every kind (a sequence holds blocks of each kind in different numbers)."""
+        size = torch.empty((), dtype=dtype).element_size()
+        return sum(block_size * s.row_width * size for s in self.cache_specs())
+
+    def attach_pools(self, pools: Mapping[str, torch.Tensor]) -> None:
+        """Give each layer its column slices of the per-kind pools [num_blocks, block_size, row_width]."""
+        self.pools = dict(pools)
+        offsets: dict[str, int] = {}
+        for layer in self.decoder_layers():
+            a = layer.self_attn
+            off = offsets.get(WINDOW, 0)
+            a.window_rows = PagedRows(self.pools[WINDOW], off, a.window_row_width)
+            offsets[WINDOW] = off + a.window_row_width
+            kind = layer.compressed_kind
+            if kind is not None:
+                off = offsets.get(kind, 0)
+                a.compressed_rows = PagedRows(self.pools[kind], off, a.compressed_row_width)
+                offsets[kind] = off + a.compressed_row_width
+
+    def allocate_kv_cache(self, num_blocks: int | Mapping[str, int], block_size: int, dtype: torch.dtype,
+                          device: torch.device | str) -> None:
+        specs = self.cache_specs()
+        counts = num_blocks if isinstance(num_blocks, Mapping) else {s.name: num_blocks for s in specs}
+        self.attach_pools({s.name: torch.zeros((counts[s.name], block_size, s.row_width), dtype=dtype,
+                                               device=device) for s in specs})
+
+    # ----- forward --------------------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, plan: V4Plan | None = None) -> torch.Tensor:
+        if plan is None:
+            from recipe.engine.layers.v4_plan import plan_from_context
+
+            plan = plan_from_context()
+        x = self.embed_tokens(input_ids)
+        ropes = {}
+        for name, rope in self.rotary.items():
+            assert isinstance(rope, V4Rotary)
+            ropes[name] = rope.cos_sin(positions, x.dtype)
+        compress_rope = self.rotary["compress"]
+        assert isinstance(compress_rope, V4Rotary)
+        streams = x.unsqueeze(1).expand(-1, self.config.hc_mult, -1).contiguous()
+        for layer in self.decoder_layers():
+            streams = layer(streams, input_ids, positions, ropes, compress_rope, plan)
+        return self.norm(self.hc_head(streams))
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [M, H] -> fp32 logits [M, V]."""
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight).float()
+
+    def load_weights(self, source: Mapping[str, torch.Tensor]) -> None:
+        from recipe.engine.models.deepseek_v4_weights import load_v4_weights
+
+        load_v4_weights(self, source)
+
+
+__all__ = ["CSA", "HCA", "SLIDING", "WINDOW", "DeepseekV4Config", "DeepseekV4ForCausalLM", "V4Span",
+           "compressed_kind"]
