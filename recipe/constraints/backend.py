@@ -119,7 +119,7 @@ class CompiledConstraint:
             return validate_output({"type": "object"}, text)
         if self.kind != "json_schema":
             return []
-        return validate_output(self.schema, text)
+        return validate_output(self.schema, text, self.extra.get("resources"))
 
 
 class Matcher:

@@ -30,7 +30,8 @@ from recipe.constraints.limits import (
     check_size,
     run_with_timeout,
 )
-from recipe.constraints.normalize import normalize
+from recipe.constraints.loosen import after_error
+from recipe.constraints.normalize import Normalized, normalize
 from recipe.constraints.report import SchemaReport, build_report
 from recipe.constraints.vocabulary import Vocabulary, vocabulary_of
 from recipe.tokenizer import Tokenizer
@@ -125,6 +126,29 @@ def _compile_lark(spec: Any, norm: Any, vocab: Vocabulary, strict: bool, t0: flo
     return None
 
 
+_MAX_LOOSENING_STEPS = 16
+
+
+def _compile_loosening(backend: Backend, norm: Normalized, vocab: Vocabulary, spec: Any,
+                       resources: dict[str, Any] | None) -> tuple[Any, Normalized]:
+    """Non-strict compile: while the backend refuses, loosen what its message names (`loosen.after_error`)
+    or, for a schema the negation rewrites made too large, renormalise without them; the loosened keywords
+    join `norm.loosened` (post-checked). Raises the backend's error when nothing is left to loosen."""
+    for _ in range(_MAX_LOOSENING_STEPS):
+        try:
+            return backend.compile("json_schema", norm.schema, vocab, lenient=True), norm
+        except ConstraintError as exc:
+            step = after_error(norm.schema, exc.message)
+            if step is not None:
+                norm.schema = step[0]
+                norm.loosened |= step[1]
+            elif "too large" in exc.message and norm.negations:
+                norm = normalize(spec, resources, negations=False)
+            else:
+                raise
+    return backend.compile("json_schema", norm.schema, vocab, lenient=True), norm
+
+
 def _compile(kind: str, spec: Any, vocab: Vocabulary, backend_name: str, strict: bool, tokenizer: Tokenizer,
              options: dict[str, Any]) -> CompiledConstraint:
     t0 = time.perf_counter()
@@ -155,9 +179,10 @@ def _compile(kind: str, spec: Any, vocab: Vocabulary, backend_name: str, strict:
         if strict and report is not None and not report.enforced_exactly:
             raise ConstraintError(report.refusal())
         if handle is None or backend_name != "llguidance":
-            handle = backend.compile(kind, norm.schema, vocab, lenient=not strict)
+            handle, norm = _compile_loosening(backend, norm, vocab, spec, options.get("resources"))
+            report = build_report(spec, norm, err) if report is not None else None
         return CompiledConstraint(kind, backend_name, handle, vocab, spec, report, spec,
-                                  time.perf_counter() - t0)
+                                  time.perf_counter() - t0, {"resources": options.get("resources")})
     if kind == "tool_call":
         from recipe.constraints.tool_call import tool_call_lark
 

@@ -28,7 +28,9 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from recipe.constraints.bundle import bundle, merge_ref_siblings
 from recipe.constraints.kinds import ConstraintError
+from recipe.constraints.loosen import prepare
 
 ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "$comment", "$schema", "$id", "$anchor", "deprecated",
@@ -55,27 +57,50 @@ class _Recursive(Exception):
     pass
 
 
-def normalize(schema: Any, resources: dict[str, Any] | None = None) -> Normalized:
-    """Normalise a JSON Schema (draft 2020-12). Never raises for a well-formed schema.
+def normalize(schema: Any, resources: dict[str, Any] | None = None, *, negations: bool = True) -> Normalized:
+    """Normalise a JSON Schema (drafts 04 to 2020-12, read by its `$schema`). Never raises for a
+    well-formed schema.
 
     `resources` maps URIs to schema documents that `$ref` may point to (nothing is ever fetched).
+    `negations=False` skips the rewrites that negate schemas (`if`/`then`/`else`, `not`, `oneOf`), whose
+    results can be much larger than the input; those keywords are then left to the backend, which
+    ignores or loosens them, and are listed in `loosened`.
     """
     if not isinstance(schema, dict | bool):
         raise ConstraintError("a JSON Schema must be an object or a boolean")
     out = Normalized(copy.deepcopy(schema))
     out.keep_defs = "$dynamicRef" in json.dumps(schema)  # dynamic anchors must stay resolvable
-    try:
-        inlined = _Inliner(schema, out, resources or {}).run()
-    except _Recursive:
-        out.recursive = True
-        return out  # recursive schemas go to the backend as written (it resolves $ref itself)
+    if out.keep_defs:
+        try:
+            inlined = _Inliner(schema, out, resources or {}).run()
+        except _Recursive:
+            out.recursive = True
+            return out  # recursive dynamic schemas go to the backend as written
+    else:
+        b = bundle(schema, resources)
+        inlined = b.result  # type: ignore[attr-defined]
+        out.unresolved_refs = b.unresolved
+        out.loosened |= b.dropped | ({"$ref"} if b.unresolved else set())
+        out.recursive = bool(b.defs)
+        if b.inlined or b.defs:
+            out.rewritten.add("$ref")
     text = json.dumps(inlined)
     # a failed `not`/`if` evaluates nothing, but its negation would: no negation rewrites near unevaluated*
-    out.negations = "unevaluatedProperties" not in text and "unevaluatedItems" not in text
+    out.negations = negations and "unevaluatedProperties" not in text and "unevaluatedItems" not in text
+    if not negations:
+        out.loosened |= {k for k in ("if", "then", "else", "not", "oneOf") if f'"{k}"' in text}
+    defs = inlined.pop("$defs", None) if isinstance(inlined, dict) and not out.keep_defs else None
     try:
         out.schema = _simplify(inlined, out)
+        if defs:
+            simple = {k: _simplify(v, out) for k, v in defs.items()}
+            if isinstance(out.schema, dict):
+                out.schema, dropped = merge_ref_siblings({**out.schema, "$defs": simple}, merge_all)
+                out.loosened |= dropped
     except RecursionError:
-        out.schema = inlined
+        out.schema = inlined if not defs else {**inlined, "$defs": defs}
+    out.schema, loosened = prepare(out.schema)
+    out.loosened |= loosened
     return out
 
 
@@ -373,6 +398,8 @@ _ARRAY_SHAPE = ("prefixItems", "items", "unevaluatedItems", "contains")
 
 def _merge_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | Literal[False] | None:
     """Exact merge of two schemas' keywords, or None when they do not combine exactly."""
+    if "$ref" in a or "$ref" in b:
+        return None  # a reference to a `$defs` entry stays a reference (it may be recursive)
     # object shape keywords depend on the sibling `properties`; only merge when one side is plain
     a_shape = any(k in a for k in _OBJECT_SHAPE)
     b_shape = any(k in b for k in _OBJECT_SHAPE)

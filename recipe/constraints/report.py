@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012, specification_with
 
 from recipe.constraints.normalize import ANNOTATIONS, Normalized
 
@@ -125,8 +127,9 @@ def build_report(original: Any, norm: Normalized, strict_error: str | None) -> S
     )
 
 
-def validate_output(schema: Any, text: str) -> list[str]:
-    """Validate one generated text against `schema` with `jsonschema` (draft 2020-12, formats asserted).
+def validate_output(schema: Any, text: str, resources: dict[str, Any] | None = None) -> list[str]:
+    """Validate one generated text against `schema` with `jsonschema` (its `$schema` draft, else 2020-12;
+    formats asserted). `resources`: URI → documents its `$ref`s may name (never fetched).
 
     Returns error messages; [] means valid.
     """
@@ -134,13 +137,21 @@ def validate_output(schema: Any, text: str) -> list[str]:
         value = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         return [f"not JSON: {exc}"]
-    return validate_value(schema, value)
+    return validate_value(schema, value, resources)
 
 
-def validate_value(schema: Any, value: Any) -> list[str]:
+def _registry(resources: dict[str, Any] | None, default: Any) -> Registry:
+    if not resources:
+        return Registry()
+    return Registry().with_resources(
+        (uri, Resource.from_contents(doc, default_specification=default)) for uri, doc in resources.items())
+
+
+def validate_value(schema: Any, value: Any, resources: dict[str, Any] | None = None) -> list[str]:
     try:
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        v = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        spec = specification_with(cls.META_SCHEMA.get("$id") or cls.META_SCHEMA.get("id", ""), default=DRAFT202012)
+        v = cls(schema, format_checker=cls.FORMAT_CHECKER, registry=_registry(resources, spec))
         errs = sorted(v.iter_errors(value), key=lambda e: list(e.absolute_path))
     except jsonschema.exceptions.SchemaError as exc:
         return [f"invalid schema: {exc.message}"]

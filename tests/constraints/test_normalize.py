@@ -59,11 +59,14 @@ def test_refs_inlined_and_allof_merged() -> None:
     assert "$ref" in n.rewritten
 
 
-def test_recursive_refs_are_left_to_the_backend() -> None:
-    schema = {"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}}},
+def test_recursive_refs_become_generated_defs() -> None:
+    schema = {"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}},
+                                 "title": "a node"}},
               "$ref": "#/$defs/node"}
     n = normalize(schema)
-    assert n.recursive and n.schema == schema
+    assert n.recursive and not n.loosened
+    assert n.schema == {"type": "object", "properties": {"next": {"$ref": "#/$defs/recipe_0"}},
+                        "$defs": {"recipe_0": {"type": "object", "properties": {"next": {"$ref": "#/$defs/recipe_0"}}}}}
 
 
 def test_merge_detects_contradictions() -> None:

@@ -1,0 +1,208 @@
+"""What the mask cannot enforce, moved to the post-generation check (`strict=False`) without sinking the rest.
+
+Every step here returns a schema whose instances are a *superset* of the input's (never a subset: a valid
+document must stay reachable) and names the keywords it loosened, which the keyword report lists as
+post-checked and `strict=True` refuses.
+
+* `prepare(schema)`, before compiling: ECMA-262 regexes (`pattern`, `patternProperties` keys) in the Rust
+  syntax the backend reads; zero-width assertions (look-ahead, look-behind, `\\b`) removed, which only
+  widens a pattern; a `patternProperties` entry whose key loses an assertion is folded into
+  `additionalProperties` (keys it matched may now take either schema); integer bounds beyond ±2^62
+  (the backend's integer ranges overflow there) dropped.
+* `after_error(schema, message)`, when the backend still refuses: the regex it names dropped (a
+  `pattern`) or folded (a `patternProperties` key); two overlapping `patternProperties` merged into one
+  entry taking either schema; numeric bounds it cannot range-check dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from recipe.constraints.drafts import SCHEMA_LISTS, SCHEMA_MAPS, SCHEMA_ONE
+
+_ASSERTIONS = ("(?=", "(?!", "(?<=", "(?<!")
+_HUGE = 2**62
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _close(p: str, i: int) -> int | None:
+    """Index of the `)` closing the group opened at `p[i]`."""
+    depth, in_class = 0, False
+    while i < len(p):
+        c = p[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if p[i + 1 : i + 2] == "]":
+                i += 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
+
+
+def translate_regex(p: str) -> tuple[str, bool] | None:
+    """(Rust-syntax regex, exact) for an ECMA-262 pattern; exact is False when assertions were removed
+    (the result matches a superset). None when the pattern cannot be read."""
+    out: list[str] = []
+    exact = True
+    i, in_class = 0, False
+    while i < len(p):
+        c = p[i]
+        if c == "\\":
+            if i + 1 >= len(p):
+                return None
+            if not in_class and p[i + 1] in "bB":
+                exact = False
+                i += 2
+                continue
+            out.append(p[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+            out.append("\\" + c if c in "[&~" else c)  # literal in ECMA, set syntax in Rust
+            i += 1
+            continue
+        if c == "[":
+            in_class = True
+            out.append(c)
+            i += 1
+            if p[i : i + 1] == "^":
+                out.append("^")
+                i += 1
+            if p[i : i + 1] == "]":
+                out.append("\\]")
+                i += 1
+            continue
+        if p.startswith(_ASSERTIONS, i):
+            j = _close(p, i)
+            if j is None or p[j + 1 : j + 2] in ("*", "+", "?", "{"):
+                return None
+            exact = False
+            i = j + 1
+            continue
+        out.append(c)
+        i += 1
+    if in_class:
+        return None
+    return "".join(out), exact
+
+
+def _walk(schema: Any, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    """Apply `fn` bottom-up to every schema object (root `$defs` entries included)."""
+    if isinstance(schema, list):
+        return [_walk(x, fn) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for k, v in schema.items():
+        if k in SCHEMA_MAPS or k == "$defs":
+            out[k] = {pk: _walk(pv, fn) for pk, pv in v.items()} if isinstance(v, dict) else v
+        elif k in SCHEMA_LISTS or k in SCHEMA_ONE:
+            out[k] = _walk(v, fn)
+        else:
+            out[k] = v
+    return fn(out)
+
+
+def _fold_pattern_property(node: dict[str, Any], key: str) -> dict[str, Any]:
+    """Drop one `patternProperties` entry; keys it matched may take its schema or additionalProperties."""
+    pats = dict(node["patternProperties"])
+    sub = pats.pop(key)
+    out = dict(node)
+    if pats:
+        out["patternProperties"] = pats
+    else:
+        out.pop("patternProperties")
+    add = node.get("additionalProperties", True)
+    if add is not True and add != {}:
+        out["additionalProperties"] = sub if add is False else {"anyOf": [add, sub]}
+    return out
+
+
+def prepare(schema: Any) -> tuple[Any, set[str]]:
+    loosened: set[str] = set()
+
+    def fix(node: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(node.get("pattern"), str):
+            t = translate_regex(node["pattern"])
+            if t is None:
+                node.pop("pattern")
+                loosened.add("pattern")
+            else:
+                node["pattern"] = t[0]
+                if not t[1]:
+                    loosened.add("pattern")
+        if isinstance(node.get("patternProperties"), dict):
+            for key in list(node["patternProperties"]):
+                t = translate_regex(key)
+                if t is None or not t[1]:
+                    node = _fold_pattern_property(node, key)
+                    loosened.add("patternProperties")
+                elif t[0] != key:
+                    pats = node["patternProperties"]
+                    node["patternProperties"] = {(t[0] if k == key else k): v for k, v in pats.items()}
+        for b in _BOUNDS:
+            v = node.get(b)
+            if isinstance(v, int | float) and not isinstance(v, bool) and abs(v) >= _HUGE:
+                node.pop(b)
+                loosened.add(b)
+        return node
+
+    return _walk(schema, fix), loosened
+
+
+def after_error(schema: Any, message: str) -> tuple[Any, set[str]] | None:
+    """A looser schema for a backend refusal, or None when the message names nothing to loosen."""
+    loosened: set[str] = set()
+    if "not disjoint" in message:
+        def merge_overlap(node: dict[str, Any]) -> dict[str, Any]:
+            pats = node.get("patternProperties")
+            if not isinstance(pats, dict):
+                return node
+            hits = [k for k in pats if f"/{k}/" in message]
+            if len(hits) < 2:
+                return node
+            a, b = hits[:2]
+            merged = {k: v for k, v in pats.items() if k not in (a, b)}
+            merged[f"(?:{a})|(?:{b})"] = {"anyOf": [pats[a], pats[b]]}
+            loosened.add("patternProperties")
+            return {**node, "patternProperties": merged}
+
+        out = _walk(schema, merge_overlap)
+        return (out, loosened) if loosened else None
+    if "regex" in message or "look-around" in message or "lookaround" in message:
+        def drop_regex(node: dict[str, Any]) -> dict[str, Any]:
+            if isinstance(node.get("pattern"), str) and node["pattern"] in message:
+                loosened.add("pattern")
+                node = {k: v for k, v in node.items() if k != "pattern"}
+            if isinstance(node.get("patternProperties"), dict):
+                for key in [k for k in node["patternProperties"] if k in message]:
+                    loosened.add("patternProperties")
+                    node = _fold_pattern_property(node, key)
+            return node
+
+        out = _walk(schema, drop_regex)
+        if loosened:
+            return out, loosened
+    if "integer range" in message or "number range" in message:
+        def drop_bounds(node: dict[str, Any]) -> dict[str, Any]:
+            hit = [b for b in _BOUNDS if b in node and json.dumps(node[b]) in message]
+            loosened.update(hit)
+            return {k: v for k, v in node.items() if k not in hit}
+
+        out = _walk(schema, drop_bounds)
+        return (out, loosened) if loosened else None
+    return None
