@@ -4,9 +4,9 @@
 read by its `$schema`), resolves every `$ref` with `referencing` (JSON pointers, anchors, `$id`-relative
 and fragment-carrying base URIs, documents supplied in `resources`; nothing is fetched) and:
 
-* inlines the target when the reference is not recursive;
+* inlines the target when the reference is not recursive and the target is small or referenced once;
 * otherwise points it at a generated root `$defs` entry (`#/$defs/recipe_N`), the target's own bundled
-  copy; once a target is known to be recursive every later reference to it uses the entry;
+  copy; once a target has an entry every later reference to it uses the entry;
 * writes the older drafts' keywords in their 2020-12 spelling (`drafts.upgrade`) and drops everything that
   is not a JSON Schema keyword (annotations, editor extensions), which no validator asserts;
 * before 2019-09 a `$ref` overrides its sibling keywords (they are ignored, as the validator does).
@@ -18,6 +18,7 @@ restarts with every reference pointing at a `$defs` entry. The result is equival
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import jsonschema
@@ -38,6 +39,8 @@ from recipe.constraints.drafts import (
 
 DEFS_PREFIX = "recipe_"
 _NODE_BUDGET = 40_000
+_INLINE_BYTES = 1024
+_REF = re.compile(r'"\$ref": "((?:[^"\\]|\\.)*)"')
 
 
 class _TooLarge(Exception):
@@ -74,6 +77,8 @@ class Bundler:
         self.dropped: set[str] = set()  # asserting keywords the result does not carry (mask looser there)
         self.inlined = False
         self.nodes = 0
+        self.resources = resources
+        self.ref_counts: dict[str, int] | None = None
 
     def run(self) -> Any:
         out = self._walk(self.root, self.resolver, ())
@@ -132,7 +137,7 @@ class Bundler:
             self.unresolved.append(ref)
             return None
         key = f"{resolved.resolver._base_uri}|{id(resolved.contents)}"
-        if key in self.names or key in stack or self.all_defs:
+        if key in self.names or key in stack or self.all_defs or self._shared(ref, resolved.contents):
             if key not in self.names:
                 self.names[key] = f"{DEFS_PREFIX}{len(self.names)}"
                 self.pending.append((key, resolved.contents, resolved.resolver))
@@ -141,11 +146,29 @@ class Bundler:
         return self._walk(resolved.contents, resolved.resolver, (*stack, key))
 
 
-def bundle(schema: Any, resources: dict[str, Any] | None) -> Bundler:
-    """Run the bundler (see the module docstring); `.run()`'s result is in `.result`."""
-    b = Bundler(schema, resources or {})
+    def _shared(self, ref: str, target: Any) -> bool:
+        """A large target referenced from several places: one `$defs` entry, not a copy per reference
+        (copies multiply the backend's grammar, and its compile time, for nothing)."""
+        if self.ref_counts is None:
+            counts: dict[str, int] = {}
+            for doc in (self.root, *self.resources.values()):
+                for r in _REF.findall(json.dumps(doc)):
+                    counts[r] = counts.get(r, 0) + 1
+            self.ref_counts = counts
+        if self.ref_counts.get(json.dumps(ref)[1:-1], 0) <= 1:
+            return False
+        return len(json.dumps(target)) > _INLINE_BYTES
+
+
+def bundle(schema: Any, resources: dict[str, Any] | None, all_defs: bool = False) -> Bundler:
+    """Run the bundler (see the module docstring); `.run()`'s result is in `.result`.
+    `all_defs`: every reference points at a `$defs` entry (nothing inlined)."""
+    b = Bundler(schema, resources or {}, all_defs)
     try:
         b.result = b.run()  # type: ignore[attr-defined]
+        size_in = len(json.dumps([schema, resources]))
+        if not all_defs and len(json.dumps(b.result)) > 4 * size_in + 64 * 1024:  # type: ignore[attr-defined]
+            raise _TooLarge
     except (_TooLarge, RecursionError):
         b = Bundler(schema, resources or {}, all_defs=True)
         b.result = b.run()  # type: ignore[attr-defined]

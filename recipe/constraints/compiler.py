@@ -134,6 +134,7 @@ def _compile_loosening(backend: Backend, norm: Normalized, vocab: Vocabulary, sp
     """Non-strict compile: while the backend refuses, loosen what its message names (`loosen.after_error`)
     or, for a schema the negation rewrites made too large, renormalise without them; the loosened keywords
     join `norm.loosened` (post-checked). Raises the backend's error when nothing is left to loosen."""
+    ladder = [True, False]  # first every `$ref` as a `$defs` entry, then also no negation rewrites
     for _ in range(_MAX_LOOSENING_STEPS):
         try:
             return backend.compile("json_schema", norm.schema, vocab, lenient=True), norm
@@ -142,8 +143,9 @@ def _compile_loosening(backend: Backend, norm: Normalized, vocab: Vocabulary, sp
             if step is not None:
                 norm.schema = step[0]
                 norm.loosened |= step[1]
-            elif "too large" in exc.message and norm.negations:
-                norm = normalize(spec, resources, negations=False)
+            elif ("too large" in exc.message or "too big" in exc.message) and norm.negations:
+                norm = normalize(spec, resources, negations=ladder[0], all_defs=True)
+                ladder = ladder[1:] or [False]
             else:
                 raise
     return backend.compile("json_schema", norm.schema, vocab, lenient=True), norm

@@ -8,7 +8,8 @@ post-checked and `strict=True` refuses.
   syntax the backend reads; zero-width assertions (look-ahead, look-behind, `\\b`) removed, which only
   widens a pattern; a `patternProperties` entry whose key loses an assertion is folded into
   `additionalProperties` (keys it matched may now take either schema); integer bounds beyond ±2^62
-  (the backend's integer ranges overflow there) dropped.
+  (the backend's integer ranges overflow there) dropped; `minProperties`/`maxProperties` beside optional
+  `properties` and open additional properties dropped (the backend cannot count them there).
 * `after_error(schema, message)`, when the backend still refuses: the regex it names dropped (a
   `pattern`) or folded (a `patternProperties` key); two overlapping `patternProperties` merged into one
   entry taking either schema; numeric bounds it cannot range-check dropped.
@@ -154,6 +155,12 @@ def prepare(schema: Any) -> tuple[Any, set[str]]:
                 elif t[0] != key:
                     pats = node["patternProperties"]
                     node["patternProperties"] = {(t[0] if k == key else k): v for k, v in pats.items()}
+        if ("minProperties" in node or "maxProperties" in node) and isinstance(node.get("properties"), dict) \
+                and node.get("additionalProperties", True) is not False \
+                and not set(node["properties"]) <= set(node.get("required") or []):
+            # the backend refuses these counts here, and its lenient mode would count only unlisted keys
+            loosened.update(k for k in ("minProperties", "maxProperties") if k in node)
+            node = {k: v for k, v in node.items() if k not in ("minProperties", "maxProperties")}
         for b in _BOUNDS:
             v = node.get(b)
             if isinstance(v, int | float) and not isinstance(v, bool) and abs(v) >= _HUGE:
@@ -181,7 +188,16 @@ def after_error(schema: Any, message: str) -> tuple[Any, set[str]] | None:
             loosened.add("patternProperties")
             return {**node, "patternProperties": merged}
 
+        def fold_overlap(node: dict[str, Any]) -> dict[str, Any]:
+            # the two patterns sit in different schemas the backend intersects: fold them away there
+            for key in [k for k in node.get("patternProperties") or {} if f"/{k}/" in message]:
+                loosened.add("patternProperties")
+                node = _fold_pattern_property(node, key)
+            return node
+
         out = _walk(schema, merge_overlap)
+        if not loosened:
+            out = _walk(schema, fold_overlap)
         return (out, loosened) if loosened else None
     if "regex" in message or "look-around" in message or "lookaround" in message:
         def drop_regex(node: dict[str, Any]) -> dict[str, Any]:

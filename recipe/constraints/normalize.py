@@ -57,14 +57,16 @@ class _Recursive(Exception):
     pass
 
 
-def normalize(schema: Any, resources: dict[str, Any] | None = None, *, negations: bool = True) -> Normalized:
+def normalize(schema: Any, resources: dict[str, Any] | None = None, *, negations: bool = True,
+              all_defs: bool = False) -> Normalized:
     """Normalise a JSON Schema (drafts 04 to 2020-12, read by its `$schema`). Never raises for a
     well-formed schema.
 
     `resources` maps URIs to schema documents that `$ref` may point to (nothing is ever fetched).
     `negations=False` skips the rewrites that negate schemas (`if`/`then`/`else`, `not`, `oneOf`), whose
     results can be much larger than the input; those keywords are then left to the backend, which
-    ignores or loosens them, and are listed in `loosened`.
+    ignores or loosens them, and are listed in `loosened`. `all_defs`: every `$ref` becomes a reference to
+    a generated `$defs` entry (none inlined), which keeps a schema of many shared definitions small.
     """
     if not isinstance(schema, dict | bool):
         raise ConstraintError("a JSON Schema must be an object or a boolean")
@@ -77,7 +79,7 @@ def normalize(schema: Any, resources: dict[str, Any] | None = None, *, negations
             out.recursive = True
             return out  # recursive dynamic schemas go to the backend as written
     else:
-        b = bundle(schema, resources)
+        b = bundle(schema, resources, all_defs)
         inlined = b.result  # type: ignore[attr-defined]
         out.unresolved_refs = b.unresolved
         out.loosened |= b.dropped | ({"$ref"} if b.unresolved else set())
@@ -251,7 +253,39 @@ def _simplify(s: Any, out: Normalized) -> Any:
     if isinstance(s, dict):
         s = _unevaluated(s, out)
         s = _bounds(s)
+    if isinstance(s, dict):
+        s = _siblings_into_branches(s)
     return s
+
+
+_MAX_PUSHED_BYTES = 64 * 1024
+
+
+def _siblings_into_branches(s: dict[str, Any]) -> Any:
+    """S ∧ anyOf/oneOf(A, B) → anyOf/oneOf(S ∧ A, S ∧ B) when S has `properties` or a branch is a reference
+    (exact): each branch is then one merged object, so its keys are generated in schema order (S's
+    properties, then the branch's), and no reference keeps sibling keywords."""
+    kinds = [k for k in ("anyOf", "oneOf") if isinstance(s.get(k), list) and s[k]]
+    if len(kinds) != 1 or "allOf" in s or len(s) == 1:
+        return s
+    key = kinds[0]
+    branches = s[key]
+    refs = any(isinstance(b, dict) and "$ref" in b for b in branches)
+    if "properties" not in s and not refs:
+        return s
+    rest = {k: v for k, v in s.items() if k != key}
+    if len(branches) > 16 or len(json.dumps(rest)) * len(branches) > _MAX_PUSHED_BYTES:
+        return s
+    merged = [merge_all([rest, b]) for b in branches]
+    if any(isinstance(m, dict) and not all(isinstance(x, dict) and set(x) == {"$ref"} for x in m.get("allOf", []))
+           for m in merged):
+        return s  # a branch that does not merge exactly: the backend intersects it as written
+    # (a reference beside siblings becomes a derived `$defs` entry: `bundle.merge_ref_siblings`)
+    if key == "anyOf":
+        merged = [m for m in merged if m is not False]
+        if not merged:
+            return False
+    return {key: merged}
 
 
 def _names_as_shape(names: Any, s: dict[str, Any]) -> dict[str, Any] | None:
