@@ -4,25 +4,24 @@
 read by its `$schema`), resolves every `$ref` with `referencing` (JSON pointers, anchors, `$id`-relative
 and fragment-carrying base URIs, documents supplied in `resources`; nothing is fetched) and:
 
-* inlines the target when the reference is not recursive and the target is small or referenced once;
+* inlines the target when the reference is not recursive;
 * otherwise points it at a generated root `$defs` entry (`#/$defs/recipe_N`), the target's own bundled
   copy; once a target has an entry every later reference to it uses the entry;
 * writes the older drafts' keywords in their 2020-12 spelling (`drafts.upgrade`) and drops everything that
   is not a JSON Schema keyword (annotations, editor extensions), which no validator asserts;
 * before 2019-09 a `$ref` overrides its sibling keywords (they are ignored, as the validator does).
 
-When inlining grows the result past a node budget (shared definitions copied over and over), the walk
-restarts with every reference pointing at a `$defs` entry. The result is equivalent to the input.
+When inlining grows the result past a budget (shared definitions copied over and over: more than 4× the
+input plus 64 KiB, or 40,000 nodes), the walk restarts with every reference pointing at a `$defs` entry. The result is equivalent to the input.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
+from urllib.parse import urljoin
 
 import jsonschema
-
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012, Specification, specification_with
@@ -39,8 +38,6 @@ from recipe.constraints.drafts import (
 
 DEFS_PREFIX = "recipe_"
 _NODE_BUDGET = 40_000
-_INLINE_BYTES = 1024
-_REF = re.compile(r'"\$ref": "((?:[^"\\]|\\.)*)"')
 
 
 class _TooLarge(Exception):
@@ -77,8 +74,6 @@ class Bundler:
         self.dropped: set[str] = set()  # asserting keywords the result does not carry (mask looser there)
         self.inlined = False
         self.nodes = 0
-        self.resources = resources
-        self.ref_counts: dict[str, int] | None = None
 
     def run(self) -> Any:
         out = self._walk(self.root, self.resolver, ())
@@ -87,21 +82,22 @@ class Bundler:
             name = self.names[key]
             if name not in self.defs:
                 self.defs[name] = None  # reserve: a self-reference inside resolves to the entry
-                self.defs[name] = self._walk(contents, resolver, (key,))
+                self.defs[name] = self._walk(contents, resolver, (key,), entered=True)
         if self.defs:
             if not isinstance(out, dict):
                 out = {"allOf": [out]} if out is not True else {}
             out = {**out, "$defs": self.defs}
         return out
 
-    def _walk(self, node: Any, resolver: Any, stack: tuple[str, ...]) -> Any:
+    def _walk(self, node: Any, resolver: Any, stack: tuple[str, ...], entered: bool = False) -> Any:
+        """`entered`: `resolver` is already the node's own (a lookup's result), do not enter its `$id` again."""
         self.nodes += 1
         if self.nodes > _NODE_BUDGET and not self.all_defs:
             raise _TooLarge
         if not isinstance(node, dict):
             return node
         sub = Resource.from_contents(node, default_specification=self.spec)
-        if node is not self.root and sub.id() is not None:
+        if node is not self.root and not entered and sub.id() is not None:
             resolver = resolver.in_subresource(sub)
         ref = node.get("$ref")
         node = upgrade(node, self.draft)
@@ -122,7 +118,8 @@ class Bundler:
         if not isinstance(ref, str):
             return result
         target = self._ref(ref, resolver, stack)
-        if target is None:  # an unresolved reference constrains nothing in the mask (reported, post-checked)
+        if target is None:  # left to the backend (it knows the metaschemas); `loosen` drops what it cannot read
+            result["$ref"] = urljoin(resolver._base_uri, ref)  # absolute: the ids around it are gone
             return result
         if self.old or not result:
             return target
@@ -133,31 +130,18 @@ class Bundler:
     def _ref(self, ref: str, resolver: Any, stack: tuple[str, ...]) -> Any:
         try:
             resolved = resolver.lookup(ref)
-        except (Unresolvable, Exception):  # noqa: BLE001 (remote or broken: left for the validator)
+        except (Unresolvable, Exception):  # remote or broken: left for the validator
             self.unresolved.append(ref)
             return None
         key = f"{resolved.resolver._base_uri}|{id(resolved.contents)}"
-        if key in self.names or key in stack or self.all_defs or self._shared(ref, resolved.contents):
+        if key in self.names or key in stack or self.all_defs:
             if key not in self.names:
                 self.names[key] = f"{DEFS_PREFIX}{len(self.names)}"
                 self.pending.append((key, resolved.contents, resolved.resolver))
             return {"$ref": f"#/$defs/{self.names[key]}"}
         self.inlined = True
-        return self._walk(resolved.contents, resolved.resolver, (*stack, key))
+        return self._walk(resolved.contents, resolved.resolver, (*stack, key), entered=True)
 
-
-    def _shared(self, ref: str, target: Any) -> bool:
-        """A large target referenced from several places: one `$defs` entry, not a copy per reference
-        (copies multiply the backend's grammar, and its compile time, for nothing)."""
-        if self.ref_counts is None:
-            counts: dict[str, int] = {}
-            for doc in (self.root, *self.resources.values()):
-                for r in _REF.findall(json.dumps(doc)):
-                    counts[r] = counts.get(r, 0) + 1
-            self.ref_counts = counts
-        if self.ref_counts.get(json.dumps(ref)[1:-1], 0) <= 1:
-            return False
-        return len(json.dumps(target)) > _INLINE_BYTES
 
 
 def bundle(schema: Any, resources: dict[str, Any] | None, all_defs: bool = False) -> Bundler:
@@ -203,19 +187,17 @@ def merge_ref_siblings(schema: Any, merge: Any) -> tuple[Any, set[str]]:
         if not refs:
             return node
         ref = refs[0]["$ref"]
-        rest = {k: v for k, v in node.items() if k != "allOf"}
-        others = [x for x in node["allOf"] if x is not refs[0]]
-        if others:
-            rest["allOf"] = others
-        key = ref + "|" + json.dumps(rest, sort_keys=True)
+        own = {k: v for k, v in node.items() if k != "allOf"}
+        key = json.dumps(node, sort_keys=True)
         if key not in memo:
             if len(memo) >= _MAX_DERIVED:
-                loosened.update(k for k in rest if k != "allOf")
-                return refs[0] if not others else {"allOf": [refs[0], *others]}
+                loosened.update(own)
+                return {"allOf": node["allOf"]}
             name = f"{DEFS_PREFIX}{len(defs)}"
             memo[key] = name
             body = defs[ref.removeprefix("#/$defs/")]
-            defs[name] = merge([rest, body])  # own keywords first, as for an inlined target
+            # the same order as an inlined target: own keywords, then the allOf members in order
+            defs[name] = merge([own, *[body if x is refs[0] else x for x in node["allOf"]]])
             todo.append(name)
         return {"$ref": f"#/$defs/{memo[key]}"}
 

@@ -66,7 +66,6 @@ def upgrade(node: dict[str, Any], draft: int) -> dict[str, Any]:
         if schemas:
             out["dependentSchemas"] = {**out.get("dependentSchemas", {}), **schemas}
     for excl, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-        if isinstance(out.get(excl), bool):
-            if out.pop(excl) and bound in out:
-                out[excl] = out.pop(bound)
+        if isinstance(out.get(excl), bool) and out.pop(excl) and bound in out:
+            out[excl] = out.pop(bound)
     return out

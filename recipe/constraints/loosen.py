@@ -9,15 +9,16 @@ post-checked and `strict=True` refuses.
   widens a pattern; a `patternProperties` entry whose key loses an assertion is folded into
   `additionalProperties` (keys it matched may now take either schema); integer bounds beyond ±2^62
   (the backend's integer ranges overflow there) dropped; `minProperties`/`maxProperties` beside optional
-  `properties` and open additional properties dropped (the backend cannot count them there).
-* `after_error(schema, message)`, when the backend still refuses: the regex it names dropped (a
-  `pattern`) or folded (a `patternProperties` key); two overlapping `patternProperties` merged into one
+  `properties` and other possible keys dropped (the backend cannot count them there).
+* `after_error(schema, message)`, when the backend still refuses: the regex it names, if the validator can
+  read it, dropped (a `pattern`) or folded (a `patternProperties` key); two overlapping `patternProperties` merged into one
   entry taking either schema; numeric bounds it cannot range-check dropped.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -156,7 +157,7 @@ def prepare(schema: Any) -> tuple[Any, set[str]]:
                     pats = node["patternProperties"]
                     node["patternProperties"] = {(t[0] if k == key else k): v for k, v in pats.items()}
         if ("minProperties" in node or "maxProperties" in node) and isinstance(node.get("properties"), dict) \
-                and node.get("additionalProperties", True) is not False \
+                and (node.get("additionalProperties", True) is not False or node.get("patternProperties")) \
                 and not set(node["properties"]) <= set(node.get("required") or []):
             # the backend refuses these counts here, and its lenient mode would count only unlisted keys
             loosened.update(k for k in ("minProperties", "maxProperties") if k in node)
@@ -169,6 +170,15 @@ def prepare(schema: Any) -> tuple[Any, set[str]]:
         return node
 
     return _walk(schema, fix), loosened
+
+
+def _valid(pattern: str) -> bool:
+    """A regex the post-generation validator can read (a malformed one is the caller's error, not loosened)."""
+    try:
+        re.compile(pattern)
+    except (re.error, OverflowError):
+        return False
+    return True
 
 
 def after_error(schema: Any, message: str) -> tuple[Any, set[str]] | None:
@@ -201,11 +211,11 @@ def after_error(schema: Any, message: str) -> tuple[Any, set[str]] | None:
         return (out, loosened) if loosened else None
     if "regex" in message or "look-around" in message or "lookaround" in message:
         def drop_regex(node: dict[str, Any]) -> dict[str, Any]:
-            if isinstance(node.get("pattern"), str) and node["pattern"] in message:
+            if isinstance(node.get("pattern"), str) and node["pattern"] in message and _valid(node["pattern"]):
                 loosened.add("pattern")
                 node = {k: v for k, v in node.items() if k != "pattern"}
             if isinstance(node.get("patternProperties"), dict):
-                for key in [k for k in node["patternProperties"] if k in message]:
+                for key in [k for k in node["patternProperties"] if k in message and _valid(k)]:
                     loosened.add("patternProperties")
                     node = _fold_pattern_property(node, key)
             return node
@@ -213,6 +223,16 @@ def after_error(schema: Any, message: str) -> tuple[Any, set[str]] | None:
         out = _walk(schema, drop_regex)
         if loosened:
             return out, loosened
+    if "not present in a registry" in message or "retrieving it failed" in message:
+        def drop_remote(node: dict[str, Any]) -> dict[str, Any]:
+            ref = node.get("$ref")
+            if isinstance(ref, str) and not ref.startswith("#") and ref.split("#")[0] in message:
+                loosened.add("$ref")
+                return {k: v for k, v in node.items() if k != "$ref"}
+            return node
+
+        out = _walk(schema, drop_remote)
+        return (out, loosened) if loosened else None
     if "integer range" in message or "number range" in message:
         def drop_bounds(node: dict[str, Any]) -> dict[str, Any]:
             hit = [b for b in _BOUNDS if b in node and json.dumps(node[b]) in message]

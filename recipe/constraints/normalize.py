@@ -82,7 +82,7 @@ def normalize(schema: Any, resources: dict[str, Any] | None = None, *, negations
         b = bundle(schema, resources, all_defs)
         inlined = b.result  # type: ignore[attr-defined]
         out.unresolved_refs = b.unresolved
-        out.loosened |= b.dropped | ({"$ref"} if b.unresolved else set())
+        out.loosened |= b.dropped
         out.recursive = bool(b.defs)
         if b.inlined or b.defs:
             out.rewritten.add("$ref")

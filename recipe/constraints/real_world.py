@@ -7,7 +7,8 @@ compactly, and walk it token by token through the mask (`instance_check.walk_ids
 * invalid example rejected ⇔ the mask refuses it, or the post-generation check (`CompiledConstraint.validate`,
   `jsonschema`) does; both counts are kept;
 * unsound steps: the mask allowed an id the matcher then refused (must stay 0).
-A schema that does not compile counts all its examples as wrong.
+A schema that does not compile (within `timeout_s`, 60 s: coverage, not speed, is measured here; the
+corpus runs on shared machines) counts all its examples as wrong.
 """
 
 from __future__ import annotations
@@ -55,13 +56,25 @@ class Tally:
         return d
 
 
+# the default test suite's fast slice: the schemas where each cause named in issue 12 was seen (look-around,
+# resources, recursion beside siblings, fragment base URIs, `.*` beside other patterns, "schema too large"),
+# and every 25th schema of the corpus
+CAUSES = frozenset({"browser.i18n", "emmet", "bukkit-plugin", "resjson", "catalog-info", "ocelot", "chrome-manifest",
+                    "minecraft-advancement", "dependabot-2.0", "prometheus", "settings.job",
+                    "azure-deviceupdate-update-manifest-4"})
+
+
+def in_fast_slice(index: int, name: str) -> bool:
+    return name in CAUSES or index % 25 == 0
+
+
 def load_corpus(path: Path) -> Iterator[dict[str, Any]]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         for line in f:
             yield json.loads(line)
 
 
-def run_schema(rec: dict[str, Any], tokenizer: Tokenizer, timeout_s: float = 10.0) -> Tally:
+def run_schema(rec: dict[str, Any], tokenizer: Tokenizer, timeout_s: float = 60.0) -> Tally:
     t = Tally(schemas=1, valid=len(rec["valid"]), invalid=len(rec["invalid"]))
     name = rec["name"]
     resources = rec.get("resources") or None

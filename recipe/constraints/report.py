@@ -13,6 +13,7 @@ import jsonschema
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012, specification_with
 
+from recipe.constraints.drafts import KEYWORDS, NOT_CARRIED
 from recipe.constraints.normalize import ANNOTATIONS, Normalized
 
 # Keywords the default backend (llguidance) enforces exactly whenever it compiles the schema strictly.
@@ -22,6 +23,17 @@ MASK_KEYWORDS = frozenset({
     "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "allOf", "oneOf", "$ref", "format",
     "minProperties", "maxProperties",
 })
+OBJECT_KEYS = ("generated in schema order: the order of `properties` (own, then `$ref`'d, `allOf`, then the "
+               "matching `anyOf`/`oneOf` branch's), then keys the schema does not list; a valid document with "
+               "its keys in another order is not what the mask produces")
+# keywords of some JSON Schema draft; anything else (editor extensions, vendor keys) is an annotation
+_KNOWN = KEYWORDS | ANNOTATIONS | NOT_CARRIED | {
+    "$defs", "definitions", "$id", "id", "$schema", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "dependencies",
+    "additionalItems", "$vocabulary", "$comment", "contentSchema"}
+# phrases of the backend's refusals that name a keyword without spelling it
+_MESSAGE_KEYWORDS = (("patternProperty", "patternProperties"), ("regex", "pattern"), ("look-around", "pattern"),
+                     ("integer range", "minimum"), ("integer range", "maximum"), ("sibling keys", "$ref"),
+                     ("min/maxProperties", "minProperties"), ("min/maxProperties", "maxProperties"))
 _SCHEMA_MAPS = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions")
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
 _SCHEMA_ONE = ("additionalProperties", "items", "contains", "propertyNames", "unevaluatedProperties",
@@ -68,6 +80,7 @@ class SchemaReport:
             "annotations": list(self.annotations),
             "rewritten_by_recipe": list(self.rewritten),
             "backend_message": self.backend_message,
+            "object_keys": OBJECT_KEYS,
         }
 
     def refusal(self) -> str:
@@ -87,9 +100,10 @@ def build_report(original: Any, norm: Normalized, strict_error: str | None) -> S
     """Classify the original schema's keywords given the normalisation and the strict compile's outcome."""
     used = sorted(set(keywords(original)))
     remaining = set(keywords(norm.schema))
-    annotations = tuple(k for k in used if k in ANNOTATIONS)
+    annotations = tuple(k for k in used if k in ANNOTATIONS or k not in _KNOWN)
     msg = re.sub(r"min/max(\w+)", r"min\1 max\1", strict_error or "")
-    named = set(re.findall(r"[$A-Za-z]+", msg)) & set(used)
+    named = (set(re.findall(r"[$A-Za-z]+", msg)) | {k for p, k in _MESSAGE_KEYWORDS if p in (strict_error or "")}) \
+        & set(used)
     specific = named - {"type", "properties", "required", "items"}
     if specific:
         named = specific  # "min/maxProperties only supported when all keys listed in properties…" names both
@@ -97,7 +111,7 @@ def build_report(original: Any, norm: Normalized, strict_error: str | None) -> S
     post: list[str] = []
     unsupported: list[str] = []
     for k in used:
-        if k in ANNOTATIONS:
+        if k in annotations:
             continue
         if k == "$ref" and norm.unresolved_refs:
             unsupported.append(k)

@@ -38,7 +38,7 @@ class _Orderer:
     def _valid(self, node: Any, resolver: Any, value: Any) -> bool:
         try:
             return bool(self.validator.evolve(schema=node, _resolver=resolver).is_valid(value))
-        except Exception:  # noqa: BLE001 (a branch that cannot be checked is assumed to apply)
+        except Exception:  # a branch that cannot be checked is assumed to apply
             return True
 
     def expand(self, node: Any, resolver: Any, value: Any, depth: int = 0) -> list[tuple[dict[str, Any], Any]]:
@@ -53,7 +53,7 @@ class _Orderer:
             try:
                 r = resolver.lookup(ref)
                 out += self.expand(r.contents, r.resolver, value, depth + 1)
-            except Exception:  # noqa: BLE001 (unresolvable: nothing known about its keys)
+            except Exception:  # unresolvable: nothing known about its keys
                 pass
             if self.ref_only:
                 return out
