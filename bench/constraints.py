@@ -3,7 +3,9 @@
 Figures (medians, ratios against the anchors measured in the same run):
 * JSON-Schema-Test-Suite draft 2020-12 (vendored): overall correctness by the mask alone, completeness,
   tightness, unsound steps — Recipe (normalisation + llguidance) vs llguidance (default, lenient) and
-  xgrammar used directly on the raw schemas;
+  xgrammar (JSON Schema semantics, `strict_mode=False`, like the others) used directly on the raw schemas.
+  Every engine gets the same inputs: the suite's remote documents reach Recipe as `resources` and the
+  direct engines embedded in the schema (`$defs` entries with their `$id`), their only way in;
 * six bench schemas (flat, nested, refs_anyof, large_50, any_object, long_string): compile time
   (schema → ready matcher), per-token mask time (mean, p99) over 129,280 ids while walking a valid
   instance, compiled size.
@@ -30,7 +32,14 @@ sys.path.insert(0, str(ROOT))
 
 from recipe.constraints import compile_constraint  # noqa: E402
 from recipe.constraints.instance_check import serialise  # noqa: E402
-from recipe.constraints.suite import FileTally, load_remotes, load_suite, run_suite, total  # noqa: E402
+from recipe.constraints.suite import (  # noqa: E402
+    FileTally,
+    embed_remotes,
+    load_remotes,
+    load_suite,
+    run_suite,
+    total,
+)
 from recipe.tokenizer import load_deepseek_v4_tokenizer  # noqa: E402
 
 SUITE = ROOT / "tests" / "data" / "json-schema-test-suite"
@@ -192,7 +201,9 @@ class XGrammarDirect:
         self.compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
 
     def compile(self, schema: Any) -> Any:
-        return self.compiler.compile_json_schema(json.dumps(schema), strict_mode=True)
+        # strict_mode=False: JSON Schema's own semantics (extra properties and items allowed unless the schema
+        # says otherwise), as Recipe and llguidance apply them; strict mode would reject valid instances
+        return self.compiler.compile_json_schema(json.dumps(schema), strict_mode=False)
 
     def walk(self, cg: Any, ids: list[int]) -> list[float]:
         m = self.xgr.GrammarMatcher(cg)
@@ -213,7 +224,8 @@ class XGrammarDirect:
 
 
 def suite_direct(engine: Any, tok: Any, remotes: dict[str, Any]) -> FileTally:
-    """An engine used directly on the raw suite schemas (no Recipe normalisation)."""
+    """An engine used directly on the raw suite schemas (no Recipe normalisation), given the same remote
+    documents Recipe gets as `resources`, embedded in the schema (`embed_remotes`: its only way in)."""
     t = FileTally()
     for groups in load_suite(SUITE / "draft2020-12").values():
         for g in groups:
@@ -222,7 +234,7 @@ def suite_direct(engine: Any, tok: Any, remotes: dict[str, Any]) -> FileTally:
             ft.valid = sum(1 for x in tests if x["valid"])
             ft.invalid = len(tests) - ft.valid
             try:
-                c = engine.compile(g["schema"])
+                c = engine.compile(embed_remotes(g["schema"], remotes))
             except Exception:
                 t.add(ft)
                 continue

@@ -93,11 +93,11 @@ class _Orderer:
     def _children_of_key(applied: list[tuple[dict[str, Any], Any]], key: str) -> list[tuple[Any, Any]]:
         out = []
         for n, r in applied:
-            props = n.get("properties") if isinstance(n.get("properties"), dict) else {}
+            props: dict[str, Any] = n["properties"] if isinstance(n.get("properties"), dict) else {}
             if key in props:
                 out.append((props[key], r))
                 continue
-            pats = n.get("patternProperties") if isinstance(n.get("patternProperties"), dict) else {}
+            pats: dict[str, Any] = n["patternProperties"] if isinstance(n.get("patternProperties"), dict) else {}
             hits = [(s, r) for p, s in pats.items() if _search(p, key)]
             out += hits
             if not hits and isinstance(n.get("additionalProperties"), dict):

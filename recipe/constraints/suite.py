@@ -67,6 +67,29 @@ def load_remotes(folder: Path) -> dict[str, Any]:
     return out
 
 
+def embed_remotes(schema: Any, remotes: dict[str, Any]) -> Any:
+    """`schema` as a compound document carrying the remote documents it may `$ref` (each under `$defs` with
+    its URI as `$id`, as JSON Schema 2020-12 bundling does): the same documents Recipe gets as `resources`,
+    in the one form a backend used directly can take. A document is carried when its file name occurs in the
+    schema or in a carried document; a schema naming none is returned unchanged."""
+    if not isinstance(schema, dict) or not remotes:
+        return schema
+    carried: dict[str, Any] = {}
+    texts = [json.dumps(schema)]
+    while texts:
+        text = texts.pop()
+        for uri, doc in remotes.items():
+            if uri not in carried and uri.rsplit("/", 1)[-1] in text:
+                carried[uri] = doc
+                texts.append(json.dumps(doc))
+    if not carried:
+        return schema
+    defs = dict(schema.get("$defs") or {})
+    for n, (uri, doc) in enumerate(sorted(carried.items())):
+        defs[f"remote_{n}"] = {**doc, "$id": uri} if isinstance(doc, dict) else doc
+    return {**schema, "$defs": defs}
+
+
 def run_group(group: dict[str, Any], tokenizer: Tokenizer, backend: str | None, timeout_s: float,
               remotes: dict[str, Any] | None = None) -> FileTally:
     t = FileTally(groups=1)
