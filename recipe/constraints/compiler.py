@@ -9,8 +9,11 @@ vs 24 µs on any-object) disappears once JSON whitespace is bounded as Recipe re
 and `backend="outlines"` remain available.
 
 `strict=True`: the mask must enforce the whole schema; anything else raises `ConstraintError` naming the
-keywords. `strict=False`: the mask enforces what it can (unsupported keywords ignored by the backend) and
-`CompiledConstraint.validate(text)` checks the output afterwards; `report` says which is which.
+keywords. `strict=False`: the mask enforces what it can and `CompiledConstraint.validate(text)` checks the
+output afterwards; `report` says which is which. A keyword the backend cannot enforce never sinks the whole
+schema there: it is loosened (`loosen`: look-around, overlapping `patternProperties`, unsupplied remote
+`$ref`s, out-of-range bounds; a schema the rewrites made too large is renormalised with `$defs` and without
+negation rewrites) and listed as post-checked. Object keys are generated in schema order (`schema_order`).
 Non-default backends give no exactness guarantee, so they require `strict=False`.
 """
 
