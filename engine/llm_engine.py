@@ -124,6 +124,11 @@ class LLMEngine:
             self._first_token_time.pop(seq.seq_id, None)
         return outputs
 
+    def num_waiting_requests(self) -> int:
+        """Requests with a sequence in the waiting queue (not yet started, or preempted). Safe to call from
+        another thread: it reads a snapshot of the queue."""
+        return len({seq.request_id for seq in list(self.scheduler.waiting)})
+
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests) or bool(self._inflight)
 
@@ -161,6 +166,10 @@ class LLMEngine:
                 continue  # ended (or aborted) while this step was in flight
             self._first_token_time.setdefault(seq.seq_id, now)
             p = seq.params
+            if result.dead_end and result.dead_end[row - 1]:  # the constraint has no way on: end, emit nothing
+                self._finish(seq, "dead_end")
+                outputs.append(self._output(seq, (), None, now))
+                continue
             if token in p.stop_token_ids or (token in self.eos_token_ids and not p.ignore_eos):
                 seq.stop_token_id = token
                 self._finish(seq, "stop")

@@ -43,6 +43,9 @@ class StepResult:
     terminated: list[bool]  # the row's constraint matcher terminated after accepting its token
     start_time: float
     end_time: float
+    # The row's constraint has no way on: it allowed no token, or refused the sampled one. The row's token
+    # is not part of the output; the sequence ends with finish reason "dead_end".
+    dead_end: list[bool] = field(default_factory=list)
 
 
 def kv_cache_blocks(model: Any, *, block_size: int, dtype: torch.dtype, device: torch.device,
@@ -151,24 +154,35 @@ class ModelRunner:
             reset_context()
         if not step.rows:
             devices.synchronize(dev)
-            return StepResult([], [], [], start, time.perf_counter())
+            return StepResult([], [], [], start, time.perf_counter(), [])
         logits = self.model.compute_logits(hidden[torch.tensor(step.sample_rows, device=dev)])
-        bitmask = self._bitmask(step.matchers, logits.shape[1])
+        bitmask, dead_end = self._bitmask(step.matchers, logits.shape[1])
         out: SamplerOutput = self.sampler(logits, step.rows, bitmask)
         terminated = [False] * len(step.rows)
         for i, matcher in enumerate(step.matchers):
-            if matcher is not None and not matcher.is_terminated():
-                matcher.accept(out.token_ids[i])
+            if matcher is None or dead_end[i] or matcher.is_terminated():
+                continue
+            if matcher.accept(out.token_ids[i]) is False:
+                dead_end[i] = True  # the matcher refused the token: it is never emitted
+            else:
                 terminated[i] = bool(matcher.is_terminated())
         self._prev = dict(zip(step.sample_seq_ids, out.token_ids, strict=True))
-        return StepResult(out.token_ids, out.logprobs, terminated, start, time.perf_counter())
+        return StepResult(out.token_ids, out.logprobs, terminated, start, time.perf_counter(), dead_end)
 
     @staticmethod
-    def _bitmask(matchers: list[Any], vocab_size: int) -> torch.Tensor | None:
+    def _bitmask(matchers: list[Any], vocab_size: int) -> tuple[torch.Tensor | None, list[bool]]:
+        """The packed allowed-token mask of each row (None when no row is constrained), and which rows are
+        at a dead end: a live matcher that allows no token at all.
+
+        The sampler only ever sees rows that allow something: a row without a live matcher is all ones
+        (a finished matcher's sequence has ended; its token is discarded), and a dead-end row is set to all
+        ones too, because its sequence ends here without a token (`StepResult.dead_end`).
+        """
+        dead_end = [False] * len(matchers)
         if all(m is None for m in matchers):
-            return None
-        mask = np.full((len(matchers), (vocab_size + 31) // 32), -1, dtype=np.int32)
-        # A finished matcher's row stays all-ones: its sequence ended and this token is discarded anyway.
+            return None, dead_end
+        words = (vocab_size + 31) // 32
+        mask = np.full((len(matchers), words), -1, dtype=np.int32)
         live = [None if m is None or m.is_terminated() else m for m in matchers]
         batch_fill = _batch_filler(live)
         if batch_fill is not None:
@@ -177,7 +191,13 @@ class ModelRunner:
             for i, matcher in enumerate(live):
                 if matcher is not None:
                     matcher.fill_bitmask(mask[i])
-        return torch.from_numpy(mask)
+        if vocab_size % 32:  # bits past the vocabulary allow nothing
+            mask[:, -1] &= np.int32(np.uint32((1 << (vocab_size % 32)) - 1).view(np.int32))
+        for i, matcher in enumerate(live):
+            if matcher is not None and not mask[i].any():
+                dead_end[i] = True
+                mask[i] = -1
+        return torch.from_numpy(mask), dead_end
 
 
 def _batch_filler(matchers: list[Any]) -> Any:

@@ -41,7 +41,9 @@ class RequestOutput:
     From `AsyncLLM.generate` it is a delta: the tokens produced since the previous output. From
     `LLM.generate` it is complete: `new_token_ids` holds the whole output and `text` its decoding.
     `finish_reason` is "stop" (EOS, a stop token or a terminated constraint), "length" (max_tokens or the
-    context limit) or "abort"; `stop_token_id` names the token that stopped it (not part of the output).
+    context limit), "abort", or "dead_end": the output constraint allowed no token, or refused the one
+    sampled, before it could terminate; the output so far is incomplete and never leaves the constraint.
+    `stop_token_id` names the token that stopped it (not part of the output).
     """
 
     request_id: str

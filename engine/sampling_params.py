@@ -13,7 +13,10 @@ class SamplingParams:
     `temperature=0` is greedy. `logprobs`: None = none; k >= 0 = the chosen token's logprob plus the top k
     alternatives (logprobs are of the model's distribution, before penalties, temperature and masks).
     `constraint`: a compiled constraint (`.matcher()`); the engine makes one matcher per sequence, masks
-    the logits with it before sampling, and finishes a sequence with reason "stop" once it terminates.
+    the logits with it before sampling, and finishes a sequence with reason "stop" once it terminates, or
+    with reason "dead_end" (no token emitted) when it allows no token or refuses the sampled one: a
+    constrained sequence never leaves its constraint and never falls back to free generation.
+    `ignore_eos`: the model's end-of-sequence ids do not stop the sequence (`stop_token_ids` still do).
     The token that stops a sequence (EOS, or one of `stop_token_ids`) is not part of its output.
     """
 

@@ -14,7 +14,8 @@ from typing import Any, Literal, Protocol
 from recipe.tokenizer import Tokenizer, load_deepseek_v4_tokenizer
 
 ChatFormat = Literal["chatml", "deepseek_v4", "deepseek_v41"]
-FinishReason = Literal["stop", "length", "content_filter", "abort"]
+# "dead_end": the output constraint allowed no token (or refused the sampled one) before it could end.
+FinishReason = Literal["stop", "length", "content_filter", "abort", "dead_end"]
 
 
 class BackendQueueFull(Exception):
@@ -23,6 +24,11 @@ class BackendQueueFull(Exception):
 
 class BackendRejected(Exception):
     """The backend refused the request as given (its message is safe to show the client)."""
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot generate at all any more (its engine failed or stopped); retrying will not help
+    until the server is restarted. The message is safe to show the client."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,9 @@ class GenerationParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    ignore_eos: bool = False
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int | None = None
@@ -98,6 +107,10 @@ class Backend(Protocol):
     async def abort(self, request_id: str) -> None: ...
 
     def stats(self) -> BackendStats: ...
+
+    def failure(self) -> str | None:
+        """None while the backend can serve; otherwise a short reason, safe to show (for `/health`)."""
+        ...
 
     async def shutdown(self) -> None: ...
 
@@ -161,6 +174,9 @@ class EchoBackend:
 
     def stats(self) -> BackendStats:
         return BackendStats(running=len(self._running))
+
+    def failure(self) -> str | None:
+        return None
 
     async def shutdown(self) -> None:
         for rid in list(self._running):

@@ -56,7 +56,42 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--echo-token-delay", type=float, default=0.0, metavar="SECONDS",
                    help="with --backend echo: pause this long per token, to stand in for an engine's step time")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    add_engine_arguments(p)
     p.set_defaults(func=run)
+
+
+def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    """The embedded engine's options (`recipe.engine.EngineConfig`), spelled as vLLM spells them where it has
+    the option; left unset, each keeps the engine's default."""
+    g = p.add_argument_group("engine", "options of the embedded engine (ignored with --backend echo)")
+    g.add_argument("--dtype", default=None, metavar="DTYPE",
+                   help="weights and KV cache dtype: float32, bfloat16 or float16 (default float32)")
+    g.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch CPU threads (default: every core this process may use)")
+    g.add_argument("--kv-cache-bytes", type=int, default=None, metavar="BYTES",
+                   help="KV cache memory in bytes (default: a fraction of free memory, capped on the CPU)")
+    g.add_argument("--max-num-seqs", type=int, default=None, metavar="N", help="most sequences in one step")
+    g.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
+                   help="token budget of one step (prefill chunks + decodes)")
+    g.add_argument("--max-model-len", type=int, default=None, metavar="N",
+                   help="most tokens (prompt + output) per sequence (default: the model's context length)")
+    g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                   help="reuse the KV of earlier requests' common prefixes (default on)")
+    g.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+                   help="schedule the next step while the current one runs (default on)")
+
+
+# CLI flag (argparse dest) -> EngineConfig field
+ENGINE_OPTIONS = {
+    "dtype": "dtype", "threads": "num_threads", "kv_cache_bytes": "kv_cache_bytes", "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens", "max_model_len": "max_model_len",
+    "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
+}
+
+
+def engine_config_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine keyword arguments the command line set (unset flags are left to the engine's defaults)."""
+    return {field: getattr(args, dest) for dest, field in ENGINE_OPTIONS.items() if getattr(args, dest, None) is not None}
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -86,7 +121,7 @@ def build_backend(args: argparse.Namespace) -> Backend:
     from recipe.engine import AsyncLLM
     from recipe.server.engine_backend import EngineBackend
 
-    engine = AsyncLLM(args.model) if args.model else AsyncLLM()
+    engine = AsyncLLM(args.model or "smollm2", **engine_config_from_args(args))
     return EngineBackend(engine, name=default_model_name(args.model))
 
 
@@ -116,7 +151,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"recipe serve: {exc}", file=sys.stderr)
         return 2
-    backend = build_backend(args)
+    try:
+        backend = build_backend(args)
+    except (TypeError, ValueError) as exc:  # an engine option out of range, named by the engine's config
+        print(f"recipe serve: {exc}", file=sys.stderr)
+        return 2
     app = create_app(config, backend)
     message = banner(config, backend, served_names_for(config, backend))
 

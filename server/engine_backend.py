@@ -9,6 +9,7 @@ from recipe.server.backend import (
     BackendQueueFull,
     BackendRejected,
     BackendStats,
+    BackendUnavailable,
     GenerationDelta,
     GenerationParams,
     ModelCard,
@@ -27,8 +28,12 @@ def _get(obj: Any, *names: str, default: Any = None) -> Any:
     return default
 
 
+ENGINE_DOWN = "The model engine is not running (it failed or was stopped); see the server log."
+
+
 def model_card(engine: Any, name: str | None = None) -> ModelCard:
-    """The served model as described by `engine.model_info`."""
+    """The served model as described by `engine.model_info`; its context length is the engine's own limit
+    (`max_model_len`: the configured limit, or what the KV pool holds), not the checkpoint's."""
     info = engine.model_info
     tok = _get(info, "tokenizer")
     if not isinstance(tok, Tokenizer):
@@ -37,7 +42,7 @@ def model_card(engine: Any, name: str | None = None) -> ModelCard:
     return ModelCard(
         name=name or str(_get(info, "name", default="model")),
         architecture=str(_get(info, "architecture", default="")),
-        context_length=int(_get(info, "context_length", "max_model_len")),
+        context_length=int(_get(engine, "max_model_len", default=None) or _get(info, "context_length", "max_model_len")),
         chat_format=fmt,  # type: ignore[arg-type]
         eos_token_ids=tuple(int(i) for i in _get(info, "eos_token_ids", "eos_ids", default=())),
         tokenizer=tok,
@@ -61,12 +66,14 @@ class EngineBackend:
         self.engine = engine
         self._sampling_params = engine_pkg.SamplingParams
         self._queue_full: type[BaseException] = getattr(engine_pkg, "QueueFullError", BackendQueueFull)
+        self._engine_dead: type[BaseException] = getattr(engine_pkg, "EngineDeadError", BackendUnavailable)
         self.model = model_card(engine, name)
 
     def sampling_params(self, p: GenerationParams) -> Any:
         return self._sampling_params(
-            temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
+            temperature=p.temperature, top_p=p.top_p, top_k=p.top_k, min_p=p.min_p,
             presence_penalty=p.presence_penalty, frequency_penalty=p.frequency_penalty,
+            repetition_penalty=p.repetition_penalty, ignore_eos=p.ignore_eos,
             max_tokens=p.max_tokens, stop_token_ids=tuple(p.stop_token_ids), seed=p.seed,
             logprobs=p.logprobs, n=p.n, constraint=p.constraint,
         )
@@ -91,6 +98,8 @@ class EngineBackend:
                 )
         except self._queue_full as exc:
             raise BackendQueueFull(str(exc)) from None
+        except self._engine_dead:
+            raise BackendUnavailable(ENGINE_DOWN) from None
         except ValueError as exc:  # the engine validates before it queues: a bad request, not a failure
             raise BackendRejected(str(exc)) from None
 
@@ -106,6 +115,11 @@ class EngineBackend:
             prefix_cache_queries=int(_get(s, "prefix_cache_queries", default=0)),
             prefix_cache_hits=int(_get(s, "prefix_cache_hits", default=0)),
         )
+
+    def failure(self) -> str | None:
+        if getattr(self.engine, "is_running", True):
+            return None
+        return "engine failed" if getattr(self.engine, "error", None) is not None else "engine stopped"
 
     async def shutdown(self) -> None:
         result = self.engine.shutdown()

@@ -24,6 +24,7 @@ from recipe.server.backend import (
     Backend,
     BackendQueueFull,
     BackendRejected,
+    BackendUnavailable,
     GenerationDelta,
     GenerationParams,
 )
@@ -31,10 +32,14 @@ from recipe.server.errors import Api, ApiError
 from recipe.server.limits import Admission, queue_full
 from recipe.server.metrics import RequestTimer, ServerMetrics
 from recipe.server.protocol_parts import ProtocolParts
+from recipe.server.sampling_extras import SamplingExtras
 
 log = logging.getLogger("recipe.server")
 
 _ID_PREFIX: dict[str, str] = {"chat": "chatcmpl-", "messages": "msg_", "responses": "resp_"}
+
+DEAD_END_MESSAGE = ("The output format could not be completed: the constraint allowed no further token, "
+                    "so generation stopped before the output was valid.")
 
 
 class GenerationTimeout(Exception):
@@ -199,10 +204,12 @@ class Pipeline:
     async def prepare(
         self, api: Api, request: Any, *, echo: dict[str, Any] | None = None,
         response_fields: dict[str, Any] | None = None, size_hint: int = 0, single_tool_call: bool = False,
+        extras: SamplingExtras | None = None,
     ) -> Generation:
         """Everything before generation; `size_hint` (the body's size) moves rendering and encoding of
         large requests to a worker thread so they do not stall the event loop. `single_tool_call`: the
-        tool-call constraint allows one call at most (see `recipe.server.tool_policy`)."""
+        tool-call constraint allows one call at most (see `recipe.server.tool_policy`). `extras`: vLLM's extra
+        sampling fields the body set (see `recipe.server.sampling_extras`)."""
         self.parts.require("stream", "updates")
 
         def render_encode() -> tuple[Any, list[int]]:
@@ -218,17 +225,23 @@ class Pipeline:
         constraint = await self.compile_constraint(request, single_tool_call)
         io = request.inference_options
         n = int(getattr(io, "n", 1) or 1)
+        extras = extras or SamplingExtras()
+        top_k = extras.top_k if extras.top_k is not None else getattr(io, "top_k", None)
         params = GenerationParams(
             max_tokens=max_tokens,
             temperature=1.0 if io.temperature is None else float(io.temperature),
             top_p=1.0 if io.top_p is None else float(io.top_p),
-            top_k=-1 if not getattr(io, "top_k", None) else int(io.top_k),
+            top_k=-1 if not top_k else int(top_k),
+            min_p=0.0 if extras.min_p is None else extras.min_p,
+            repetition_penalty=1.0 if extras.repetition_penalty is None else extras.repetition_penalty,
+            ignore_eos=extras.ignore_eos,
             presence_penalty=float(getattr(io, "presence_penalty", None) or 0.0),
             frequency_penalty=float(getattr(io, "frequency_penalty", None) or 0.0),
             seed=io.seed,
             logprobs=(int(io.top_logprobs or 0) if io.logprobs else None),
             n=n,
-            stop_token_ids=self.backend.model.eos_token_ids,
+            # ignore_eos (vLLM's meaning): the end-of-sequence ids do not stop the output either.
+            stop_token_ids=() if extras.ignore_eos else self.backend.model.eos_token_ids,
             constraint=constraint,
         )
         response_id = new_response_id(api)
@@ -265,7 +278,7 @@ class Pipeline:
         readied = [False] * n
         done = [False] * n  # the processor has its final events
         engine_done = [False] * n  # the backend sent the sequence's last delta
-        eos = frozenset(self.backend.model.eos_token_ids)
+        eos = frozenset() if gen.params.ignore_eos else frozenset(self.backend.model.eos_token_ids)
         timer = RequestTimer(self.metrics)
         prompt_tokens = len(gen.prompt_ids)
         # The deadline aborts the backend request from a timer: the iterator below may be resumed from
@@ -298,6 +311,8 @@ class Pipeline:
                     done[i] = True
                     gen.finish_reasons[i] = "stop"
                 elif delta.finished:
+                    if delta.finish_reason == "dead_end":
+                        raise ApiError(500, DEAD_END_MESSAGE, code="constraint_dead_end")
                     done[i] = True
                     reason = delta.finish_reason or "stop"
                     gen.finish_reasons[i] = reason
@@ -317,6 +332,8 @@ class Pipeline:
             raise queue_full(self.retry_after_s) from None
         except BackendRejected as exc:
             raise ApiError(400, str(exc)) from None
+        except BackendUnavailable as exc:
+            raise ApiError(503, str(exc)) from None
         finally:
             deadline.cancel()
             gen.release()

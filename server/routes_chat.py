@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from recipe.server.chat_spec import complete_body
 from recipe.server.delivery import collect, json_response, stream_response
 from recipe.server.limits import read_body
+from recipe.server.sampling_extras import read_extras
 from recipe.server.state import state_of
 from recipe.server.tool_policy import single_tool_call
 from starlette.requests import Request
@@ -20,7 +21,8 @@ async def chat_completions(request: Request) -> Response:
     body = await read_body(request, state.config.max_body_bytes)
     converted = await state.pipeline.aconvert("chat", body, len(body))
     gen = await state.pipeline.prepare("chat", converted, size_hint=len(body),
-                                       single_tool_call=single_tool_call("chat", body))
+                                       single_tool_call=single_tool_call("chat", body),
+                                       extras=read_extras("chat", body))
     if gen.stream:
         return await stream_response(request, state.pipeline, gen)
     await collect(request, state.pipeline, gen)

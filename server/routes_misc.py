@@ -101,8 +101,13 @@ async def detokenize(request: Request) -> Response:
 
 @router.get("/health")
 async def health(request: Request) -> Response:
-    """200 while serving; 503 once shutdown has begun (in-flight requests are still draining)."""
-    if state_of(request).draining:
+    """200 while serving; 503 once shutdown has begun (in-flight requests are still draining), or once the
+    backend cannot serve any more (its engine failed or stopped)."""
+    state = state_of(request)
+    failure = state.backend.failure()
+    if failure is not None:
+        return json_response({"status": "unhealthy", "reason": failure}, status=503)
+    if state.draining:
         return json_response({"status": "draining"}, status=503)
     return json_response({"status": "ok"})
 

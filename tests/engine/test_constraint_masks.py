@@ -82,3 +82,72 @@ def test_constraint_changes_greedy_choice_only_where_needed() -> None:
     masked = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=4, constraint=Digits(4, False)))[0]
     assert set(masked.new_token_ids) <= ALLOWED
     assert free.new_token_ids != masked.new_token_ids or set(free.new_token_ids) <= ALLOWED
+
+
+class DeadEndMatcher:
+    """Allows ALLOWED for `length` tokens, then nothing at all, without ever terminating.
+    With `refuse_odd`, `accept` refuses odd tokens although the mask allowed them (an over-wide mask)."""
+
+    def __init__(self, length: int, refuse_odd: bool) -> None:
+        self.length, self.refuse_odd = length, refuse_odd
+        self.accepted: list[int] = []
+        self.refused: list[int] = []
+
+    def fill_bitmask(self, out: np.ndarray) -> None:
+        out[:] = 0
+        if len(self.accepted) < self.length:
+            for t in ALLOWED:
+                out[t // 32] |= np.int32(np.uint32(1 << (t % 32)).view(np.int32))
+
+    def accept(self, token_id: int) -> bool:
+        if token_id not in ALLOWED or len(self.accepted) >= self.length or (self.refuse_odd and token_id % 2):
+            self.refused.append(token_id)
+            return False
+        self.accepted.append(token_id)
+        return True
+
+    def is_terminated(self) -> bool:
+        return False
+
+
+class DeadEnd:
+    def __init__(self, length: int, refuse_odd: bool = False) -> None:
+        self.length, self.refuse_odd = length, refuse_odd
+        self.matchers: list[DeadEndMatcher] = []
+
+    def matcher(self) -> DeadEndMatcher:
+        m = DeadEndMatcher(self.length, self.refuse_odd)
+        self.matchers.append(m)
+        return m
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_an_all_zero_mask_from_a_live_matcher_ends_the_choice_never_frees_it(async_scheduling: bool) -> None:
+    model = TinyPagedLM(seed=22)
+    prompts = make_prompts(3, 3, 20, seed=22)
+    llm = LLM((model, TinyInfo()), dtype="float64", num_threads=1, num_kv_blocks=128, block_size=4,
+              async_scheduling=async_scheduling)
+    constraint = DeadEnd(length=4)
+    outs = llm.generate(prompts, SamplingParams(temperature=1.0, seed=5, max_tokens=30, constraint=constraint))
+    for out in outs:
+        assert out.finish_reason == "dead_end"
+        assert len(out.new_token_ids) == 4 and set(out.new_token_ids) <= ALLOWED
+    assert all(m.refused == [] for m in constraint.matchers)  # nothing outside the mask was even sampled
+    assert llm.engine.block_manager.num_free_blocks == 128
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_token_the_matcher_refuses_is_never_emitted(async_scheduling: bool) -> None:
+    model = TinyPagedLM(seed=23)
+    prompts = make_prompts(6, 3, 20, seed=23)
+    llm = LLM((model, TinyInfo()), dtype="float64", num_threads=1, num_kv_blocks=128, block_size=4,
+              async_scheduling=async_scheduling)
+    constraint = DeadEnd(length=30, refuse_odd=True)
+    outs = llm.generate(prompts, [SamplingParams(temperature=1.0, seed=i, max_tokens=30, constraint=constraint)
+                                  for i in range(6)])
+    for out, matcher in zip(outs, constraint.matchers, strict=True):
+        assert list(out.new_token_ids) == matcher.accepted[: len(out.new_token_ids)]
+        assert all(t % 2 == 0 for t in out.new_token_ids)
+        if matcher.refused:
+            assert out.finish_reason == "dead_end"
+    assert sum(out.finish_reason == "dead_end" for out in outs) >= 3

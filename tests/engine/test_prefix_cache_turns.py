@@ -27,7 +27,7 @@ def test_turn_two_hits_turn_one_whole_prompt_and_output(async_scheduling: bool) 
     turn1 = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=40, stop_token_ids=(free_run[cut],)))[0]
     assert turn1.finish_reason == "stop" and list(turn1.new_token_ids) == free_run[:cut]
     history = prompt + list(turn1.new_token_ids)
-    turn2 = llm.generate(history + [5, 6, 7], SamplingParams(temperature=0.0, max_tokens=3))[0]
+    turn2 = llm.generate([*history, 5, 6, 7], SamplingParams(temperature=0.0, max_tokens=3))[0]
     assert turn2.cached_tokens == len(history)
     llm.engine.block_manager.check_invariants()
 
@@ -40,5 +40,5 @@ def test_blocks_completed_in_the_final_step_are_cached_on_a_length_finish(async_
     turn1 = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))[0]
     assert turn1.finish_reason == "length"
     history = prompt + list(turn1.new_token_ids)  # 17 tokens, 16 of them with KV: 4 full blocks
-    turn2 = llm.generate(history + [1, 2], SamplingParams(temperature=0.0, max_tokens=2))[0]
+    turn2 = llm.generate([*history, 1, 2], SamplingParams(temperature=0.0, max_tokens=2))[0]
     assert turn2.cached_tokens == 16
