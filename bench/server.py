@@ -1,15 +1,16 @@
-"""Bounded loopback load on `recipe serve`, and the server's own cost per token.
+"""Server overhead in one run: the same load through `recipe serve` and straight to the engine, interleaved.
 
-Three phases, each `--duration` seconds with `--concurrency` streaming clients (Chat Completions, SSE):
-  1. the server with the instant echo backend (`--backend echo`): what the HTTP layer, conversion, prompt
-     encoding, stream processing and SSE cost per token when generation itself is free;
-  2. the engine alone (`AsyncLLM` driven in-process with the same prompt ids and max_tokens);
-  3. the server with the engine: requests/s, TTFT and inter-token latency p50/p99, errors, server RSS.
-Figure: server overhead per token = the echo server's CPU seconds per token (its own process's user+system
-time over the tokens it streamed, so the load generator's cost on the same cores is excluded) divided by
-the engine's wall time per token at the same concurrency. Goal < 5% at 32 streams.
+`--rounds` rounds, each two phases of `--duration` seconds with `--concurrency` streaming clients:
+  A. straight to the engine: an `AsyncLLM` in this process gets the prompt ids (tokenized beforehand);
+  B. through the server: a `recipe serve` process (same model, threads and KV budget) gets the Chat request
+     (HTTP, conversion, prompt rendering and encoding, stream processing, SSE).
+The phases alternate (A B A B ...) so drift in machine load hits both alike; each engine is idle while the
+other is measured. Every request has a fresh prompt (a new number in it), on both paths alike, so neither
+side is served from a prefix cache the other lacks. Figure: server overhead = the server's wall time per
+streamed token over the engine's, minus one, over all rounds; also TTFT and ITL p50/p99 of both paths.
+`--echo` adds the echo backend's server CPU per token (generation free: what the HTTP layer costs alone).
 
-    .venv/bin/python bench/server.py --duration 20 --concurrency 32 --max-tokens 32
+    .venv/bin/python bench/server.py --rounds 3 --duration 10 --concurrency 32 --max-tokens 32 --threads 2
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 import httpx
 import orjson
 
-PROMPT = "Write one short sentence about the sea."
+PROMPT = "Write one short sentence about the sea, number {n}."
 
 
 def free_port() -> int:
@@ -74,13 +75,14 @@ class Load:
 
 
 class Server:
-    def __init__(self, backend: str, model: str | None) -> None:
+    def __init__(self, backend: str, model: str | None, engine_flags: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "recipe.cli", "serve", "--port", str(self.port), "--backend", backend,
                "--responses-db", ":memory:", "--log-level", "warning", "--max-pending", "4096"]
         if model:
             cmd += ["--model", model]
+        cmd += list(engine_flags)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 300
         while True:
@@ -100,16 +102,41 @@ class Server:
         self.proc.wait(timeout=60)
 
 
-async def drive_server(base: str, model: str, concurrency: int, duration: float, max_tokens: int) -> Load:
+def record(load: Load, t0: float, last: float | None, n_tokens: int) -> float | None:
+    """Count `n_tokens` arriving now; returns the new time of the last token."""
+    for _ in range(n_tokens):
+        now = time.perf_counter()
+        if last is None:
+            load.ttft.append(now - t0)
+        else:
+            load.itl.append(now - last)
+        last = now
+        load.tokens += 1
+    return last
+
+
+class Prompts:
+    """Fresh prompts: request k of the whole run asks about number k (both paths draw from one counter)."""
+
+    def __init__(self) -> None:
+        self.k = 0
+
+    def next(self) -> str:
+        self.k += 1
+        return PROMPT.format(n=self.k)
+
+
+async def drive_server(base: str, model: str, prompts: Prompts, concurrency: int, duration: float,
+                       max_tokens: int) -> Load:
     load = Load()
-    body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": PROMPT}], "stream": True,
-                         "max_tokens": max_tokens, "temperature": 0, "thinking": {"type": "disabled"}})
     stop_at = time.perf_counter() + duration
 
     async def client(http: httpx.AsyncClient) -> None:
         while time.perf_counter() < stop_at:
-            t0 = time.perf_counter()
-            last = None
+            body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": prompts.next()}],
+                                 "stream": True, "max_tokens": max_tokens, "temperature": 0,
+                                 "ignore_eos": True, "thinking": {"type": "disabled"}})
+            t0, last = time.perf_counter(), None
             try:
                 async with http.stream("POST", base + "/v1/chat/completions", content=body,
                                        headers={"content-type": "application/json"}) as r:
@@ -125,13 +152,7 @@ async def drive_server(base: str, model: str, concurrency: int, duration: float,
                             load.errors += 1
                             break
                         if any(c["delta"].get("content") for c in chunk.get("choices", [])):
-                            now = time.perf_counter()
-                            if last is None:
-                                load.ttft.append(now - t0)
-                            else:
-                                load.itl.append(now - last)
-                            last = now
-                            load.tokens += 1
+                            last = record(load, t0, last, 1)
                 load.requests += 1
             except httpx.HTTPError:
                 load.errors += 1
@@ -143,82 +164,117 @@ async def drive_server(base: str, model: str, concurrency: int, duration: float,
     return load
 
 
-async def drive_engine(model: str | None, prompt_ids: list[int], concurrency: int, duration: float,
+async def drive_engine(engine: object, tokenize: object, prompts: Prompts, concurrency: int, duration: float,
                        max_tokens: int) -> Load:
-    from recipe.engine import AsyncLLM, SamplingParams
+    """The same requests straight to the engine: prompt ids are made before the clock starts."""
+    from recipe.engine import SamplingParams
 
-    engine = AsyncLLM(model) if model else AsyncLLM()
     load = Load()
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop_token_ids=tuple(engine.model_info.eos_token_ids))
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    # Enough fresh prompts for the phase, tokenized by the server exactly as it would render them.
+    queue = [tokenize(prompts.next()) for _ in range(concurrency * 16)]  # type: ignore[operator]
     stop_at = time.perf_counter() + duration
     counter = 0
 
     async def client() -> None:
         nonlocal counter
-        while time.perf_counter() < stop_at:
+        while time.perf_counter() < stop_at and queue:
             counter += 1
+            ids = queue.pop()
             t0, last = time.perf_counter(), None
-            async for out in engine.generate(f"b{counter}", prompt_ids, params):
-                for _ in out.new_token_ids:
-                    now = time.perf_counter()
-                    if last is None:
-                        load.ttft.append(now - t0)
-                    else:
-                        load.itl.append(now - last)
-                    last = now
-                    load.tokens += 1
+            async for out in engine.generate(f"b{counter}", ids, params):  # type: ignore[attr-defined]
+                last = record(load, t0, last, len(out.new_token_ids))
             load.requests += 1
 
     t = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))
     load.elapsed = time.perf_counter() - t
-    await engine.shutdown()
     return load
+
+
+def merge(loads: list[Load]) -> Load:
+    out = Load()
+    for x in loads:
+        out.requests += x.requests
+        out.errors += x.errors
+        out.tokens += x.tokens
+        out.ttft += x.ttft
+        out.itl += x.itl
+        out.elapsed += x.elapsed
+    return out
+
+
+def echo_cpu_per_token(args: argparse.Namespace) -> None:
+    echo = Server("echo", None)
+    try:
+        cpu0 = cpu_seconds(echo.proc.pid)
+        load = asyncio.run(drive_server(echo.base, echo.model, Prompts(), args.concurrency, args.duration,
+                                        args.max_tokens))
+        cpu = cpu_seconds(echo.proc.pid) - cpu0
+    finally:
+        echo.stop()
+    print(load.summary("server + echo backend") + f"; server CPU {cpu / max(1, load.tokens) * 1e6:.0f} us/token")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--model", default=None, help="model for the engine phases (default: the demo model)")
-    ap.add_argument("--skip-engine", action="store_true", help="only the echo phase (no model needed)")
+    ap.add_argument("--model", default=None, help="model to serve (default: the demo model)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads of each engine (default: all cores)")
+    ap.add_argument("--kv-cache-bytes", type=int, default=512 << 20, help="KV memory of each engine")
+    ap.add_argument("--echo", action="store_true", help="also measure the echo backend's server CPU per token")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.echo:
+        echo_cpu_per_token(args)
 
-    echo = Server("echo", None)
-    try:
-        cpu0 = cpu_seconds(echo.proc.pid)
-        echo_load = asyncio.run(drive_server(echo.base, echo.model, args.concurrency, args.duration, args.max_tokens))
-        echo_cpu = cpu_seconds(echo.proc.pid) - cpu0
-        echo_rss = rss_mib(echo.proc.pid)
-    finally:
-        echo.stop()
-    server_s_per_token = echo_cpu / max(1, echo_load.tokens)
-    print(echo_load.summary("server + echo backend") + f"; server CPU {server_s_per_token * 1e6:.0f} us/token; "
-          f"server RSS {echo_rss:.0f} MiB")
-    if args.skip_engine:
-        return 1 if echo_load.errors else 0
+    from recipe.engine import AsyncLLM
 
-    srv = Server("engine", args.model)
+    config: dict[str, int] = {"kv_cache_bytes": args.kv_cache_bytes, "max_num_seqs": max(64, args.concurrency)}
+    flags = ["--kv-cache-bytes", str(args.kv_cache_bytes), "--max-num-seqs", str(config["max_num_seqs"])]
+    if args.threads:
+        config["num_threads"] = args.threads
+        flags += ["--threads", str(args.threads)]
+    srv = Server("engine", args.model, tuple(flags))
+    engine = AsyncLLM(args.model or "smollm2", **config)
+    prompts = Prompts()
+    tokenizer = httpx.Client(base_url=srv.base, timeout=60)
+
+    def tokenize(text: str) -> list[int]:
+        r = tokenizer.post("/tokenize", json={"model": srv.model, "messages": [{"role": "user", "content": text}],
+                                              "thinking": {"type": "disabled"}})
+        return list(r.json()["tokens"])
+
+    direct: list[Load] = []
+    served: list[Load] = []
     try:
-        ids = httpx.post(srv.base + "/tokenize", json={"model": srv.model, "messages": [
-            {"role": "user", "content": PROMPT}], "thinking": {"type": "disabled"}}).json()["tokens"]
+        # warm-up (not measured): one short phase each
+        asyncio.run(drive_engine(engine, tokenize, prompts, args.concurrency, 2.0, args.max_tokens))
+        asyncio.run(drive_server(srv.base, srv.model, prompts, args.concurrency, 2.0, args.max_tokens))
         rss0 = rss_mib(srv.proc.pid)
-        srv_load = asyncio.run(drive_server(srv.base, srv.model, args.concurrency, args.duration, args.max_tokens))
+        for _ in range(args.rounds):
+            direct.append(asyncio.run(drive_engine(engine, tokenize, prompts, args.concurrency, args.duration,
+                                                   args.max_tokens)))
+            served.append(asyncio.run(drive_server(srv.base, srv.model, prompts, args.concurrency, args.duration,
+                                                   args.max_tokens)))
         rss1 = rss_mib(srv.proc.pid)
     finally:
+        tokenizer.close()
         srv.stop()
-    print(srv_load.summary("server + engine") + f"; server RSS {rss0:.0f} -> {rss1:.0f} MiB")
-
-    alone = asyncio.run(drive_engine(args.model, ids, args.concurrency, args.duration, args.max_tokens))
-    print(alone.summary("engine alone"))
-    engine_s_per_token = alone.elapsed / max(1, alone.tokens)
-    ratio = server_s_per_token / engine_s_per_token
-    print(f"server overhead per token at {args.concurrency} streams: {ratio * 100:.2f}% of the engine's time per "
-          f"token ({server_s_per_token * 1e3:.3f} ms server CPU vs {engine_s_per_token * 1e3:.3f} ms engine wall); "
-          "goal < 5%")
-    return 1 if (echo_load.errors or srv_load.errors) else 0
+        asyncio.run(engine.shutdown())
+    a, b = merge(direct), merge(served)
+    print(a.summary("engine alone   "))
+    print(b.summary("server + engine") + f"; server RSS {rss0:.0f} -> {rss1:.0f} MiB")
+    per_a, per_b = a.elapsed / max(1, a.tokens), b.elapsed / max(1, b.tokens)
+    rounds = ", ".join(f"{(sb.elapsed / max(1, sb.tokens)) / (sa.elapsed / max(1, sa.tokens)) - 1:+.1%}"
+                       for sa, sb in zip(direct, served, strict=True))
+    print(f"server overhead at {args.concurrency} streams, {args.rounds} interleaved rounds: "
+          f"{(per_b / per_a - 1) * 100:+.2f}% wall time per token through the server "
+          f"({per_b * 1e3:.3f} ms vs {per_a * 1e3:.3f} ms straight to the engine); per round: {rounds}")
+    return 1 if (a.errors or b.errors) else 0
 
 
 if __name__ == "__main__":

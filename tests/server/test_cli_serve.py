@@ -64,3 +64,29 @@ def test_banner_then_sigterm_drains_the_stream_in_flight() -> None:
             break
     else:
         raise AssertionError("the server still answers after shutdown")
+
+
+def test_engine_flags_set_every_engine_option_with_vllm_names() -> None:
+    from recipe.engine import EngineConfig
+    from recipe.server.cli_serve import engine_config_from_args
+
+    from recipe.cli import build_parser
+
+    parser = build_parser()
+    assert engine_config_from_args(parser.parse_args(["serve"])) == {}  # unset flags keep the engine defaults
+    args = parser.parse_args([
+        "serve", "--dtype", "bfloat16", "--threads", "2", "--kv-cache-bytes", "1000000", "--max-num-seqs", "4",
+        "--max-num-batched-tokens", "256", "--max-model-len", "512", "--no-enable-prefix-caching",
+        "--no-async-scheduling"])
+    config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
+    assert (config.dtype, config.num_threads, config.kv_cache_bytes, config.max_num_seqs,
+            config.max_num_batched_tokens, config.max_model_len, config.enable_prefix_caching,
+            config.async_scheduling) == ("bfloat16", 2, 1_000_000, 4, 256, 512, False, False)
+    on = engine_config_from_args(parser.parse_args(["serve", "--enable-prefix-caching", "--async-scheduling"]))
+    assert on == {"enable_prefix_caching": True, "async_scheduling": True}
+
+
+def test_an_engine_option_out_of_range_is_a_clear_exit() -> None:
+    p = _serve("--max-num-seqs", "0", "--port", str(_free_port()))
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 2 and "max_num_seqs must be >= 1" in out
