@@ -6,6 +6,11 @@ A full block whose KV is computed is registered under a chained hash (parent has
 registration and stays reusable until it is handed out again: the free queue hands out the least
 recently freed block first, and a sequence's blocks are freed tail first, so a prompt's deepest blocks
 are evicted before its shared prefix.
+
+With lower KV tiers (`engine/kv_tiers`, `tiers` not None) a prefix lookup continues past the first miss
+into them: the blocks they hold are loaded on their prefetch thread while the sequence waits, then land in
+newly allocated blocks registered like computed ones; their KV is queued in `pending_writes`, which the
+next step writes before it runs. `offload` hands blocks whose KV is written to the tiers (write-through).
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
 
 from recipe.engine.sequence import Sequence
 
@@ -35,7 +43,8 @@ class Block:
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 tiers: Any = None) -> None:
         assert num_blocks >= 1 and block_size >= 1
         self.block_size = block_size
         self.num_blocks = num_blocks
@@ -45,6 +54,10 @@ class BlockManager:
         self.cached: dict[bytes, int] = {}
         self.prefix_queries = 0  # prompt tokens looked up
         self.prefix_hits = 0  # of which served from the cache
+        self.tiers = tiers  # kv_tiers.KVTiers or None
+        self.pending_writes: list[Callable[[], None]] = []  # restored KV not yet written (model thread)
+        self.restored_tokens = 0  # prompt tokens restored from the lower tiers
+        self._restoring: dict[int, tuple[bytes, Future[Any]]] = {}  # seq_id -> (first hash, load)
 
     # ----- accounting -----------------------------------------------------------------------------------
     @property
@@ -60,22 +73,89 @@ class BlockManager:
         return (num_tokens + self.block_size - 1) // self.block_size
 
     # ----- prefix cache ---------------------------------------------------------------------------------
-    def match_prefix(self, seq: Sequence) -> list[int]:
-        """Block ids caching the longest prefix of `seq`'s known tokens, leaving at least one token to compute."""
+    def match_prefix(self, seq: Sequence, wait: bool = True) -> list[int] | None:
+        """Block ids caching the longest prefix of `seq`'s known tokens, leaving at least one token to compute.
+
+        Past the first miss the lower tiers are asked; while they load, None (wait) unless `wait` is set.
+        """
         if not self.enable_prefix_caching:
             return []
         bs = self.block_size
         tokens = seq.token_ids
         matched: list[int] = []
         h = _ROOT
-        for i in range((len(tokens) - 1) // bs):
+        full = (len(tokens) - 1) // bs
+        for i in range(full):
             chunk = tokens[i * bs:(i + 1) * bs]
             h = chain_hash(h, chunk)
             block_id = self.cached.get(h)
             if block_id is None or self.blocks[block_id].token_ids != tuple(chunk):
-                break
+                if self.tiers is None:
+                    break
+                chunks = [tokens[j * bs:(j + 1) * bs] for j in range(i, full)]
+                hashes = [h]
+                for c in chunks[1:]:
+                    hashes.append(chain_hash(hashes[-1], c))
+                restored = self._restore(seq, matched, hashes, chunks, wait)
+                return None if restored is None else matched + restored
             matched.append(block_id)
         return matched
+
+    def _restore(self, seq: Sequence, matched: list[int], hashes: list[bytes], chunks: list[list[int]],
+                 wait: bool) -> list[int] | None:
+        """New blocks holding the leading `hashes` the tiers could load (None while they are loading)."""
+        pending = self._restoring.get(seq.seq_id)
+        if pending is None or pending[0] != hashes[0]:
+            n = self.tiers.lookup(hashes)
+            if n == 0:
+                return []
+            pending = self._restoring[seq.seq_id] = (hashes[0], self.tiers.prefetch(hashes[:n]))
+        if not wait and not pending[1].done():
+            return None
+        del self._restoring[seq.seq_id]
+        loaded = pending[1].result()
+        ok = 0
+        for stored, chunk in zip(loaded, chunks, strict=False):
+            if stored.token_ids.tolist() != list(chunk):
+                break
+            ok += 1
+        held = [b for b in matched if self.blocks[b].ref_count == 0]
+        loaded = loaded[: max(0, min(ok, len(self.free) - len(held)))]
+        if not loaded:
+            return []
+        for b in held:  # keep the matched prefix out of the allocator's reach
+            self._take(b)
+        ids = [self._allocate() for _ in loaded]
+        for b in held:
+            self._release(b)
+        for block_id, stored, chunk in zip(ids, loaded, chunks, strict=False):
+            block = self.blocks[block_id]
+            if stored.block_hash not in self.cached:
+                block.hash, block.token_ids = stored.block_hash, tuple(chunk)
+                self.cached[stored.block_hash] = block_id
+            self._release(block_id)  # a cached free block, most recently used: admit() takes it
+        self.pending_writes.append(self.tiers.device_writer(ids, loaded))
+        self.restored_tokens += len(ids) * self.block_size
+        return ids
+
+    def take_pending_writes(self) -> list[Callable[[], None]]:
+        """Restored KV the next step must write before it runs (in order)."""
+        writes, self.pending_writes = self.pending_writes, []
+        return writes
+
+    def offload(self, seq: Sequence, num_written_tokens: int) -> None:
+        """Hand `seq`'s registered blocks whose KV is written (first `num_written_tokens`) to the tiers."""
+        if self.tiers is None:
+            return
+        bs = self.block_size
+        end = min(seq.num_hashed_blocks, num_written_tokens // bs, len(seq.block_table))
+        start = seq.num_stored_blocks
+        if end <= start:
+            return
+        chunks = [seq.token_ids[i * bs:(i + 1) * bs] for i in range(start, end)]
+        self.tiers.offload(seq.block_table[start:end], seq.block_hashes[start:end], chunks,
+                           seq.params.kv_retention or "chat")
+        seq.num_stored_blocks = end
 
     def admit(self, seq: Sequence, prefix_block_ids: list[int], num_tokens: int) -> bool:
         """Give a sequence with no blocks the shared `prefix_block_ids` plus fresh blocks up to `num_tokens`.
@@ -102,6 +182,7 @@ class BlockManager:
                 hashes.append(h)
             seq.block_hashes = hashes
             seq.num_hashed_blocks = len(hashes)
+            seq.num_stored_blocks = len(hashes)  # a prefix hit is already in the tiers (or was dropped)
         ok = self.ensure(seq, num_tokens)
         assert ok
         return True
@@ -152,6 +233,8 @@ class BlockManager:
         seq.block_table = []
         seq.block_hashes = []
         seq.num_hashed_blocks = 0
+        seq.num_stored_blocks = 0
+        self._restoring.pop(seq.seq_id, None)
 
     # ----- internals ------------------------------------------------------------------------------------
     def _take(self, block_id: int) -> None:
@@ -159,6 +242,12 @@ class BlockManager:
         if block.ref_count == 0:
             del self.free[block_id]
         block.ref_count += 1
+
+    def _release(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        block.ref_count -= 1
+        if block.ref_count == 0:
+            self.free[block_id] = None
 
     def _allocate(self) -> int:
         block_id, _ = self.free.popitem(last=False)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -12,6 +14,11 @@ class EngineConfig:
     KV memory: `num_kv_blocks` fixes the pool size; otherwise the pool gets `kv_cache_bytes`, or by default
     `kv_cache_fraction` of the device's free memory (capped at `kv_cache_max_bytes` on the CPU, where
     the memory is shared with everything else).
+
+    Lower KV tiers (`engine/kv_tiers`, both off by default; they need prefix caching): `kv_host_bytes`
+    sizes the host-memory tier (a shared-memory segment); `kv_dir` turns on the persistent directory tier,
+    `kv_disk_bytes` caps it (None: no cap). `kv_retention` sets retention classes, as `{"chat": "7d"}` or
+    `["agent=3d", "batch=12h"]`, over the defaults chat=7d and agent=3d (normalised to seconds).
     """
 
     model: str = "smollm2"
@@ -29,6 +36,10 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     async_scheduling: bool = True  # overlap CPU scheduling/post-processing with the model step
     max_waiting_requests: int = 4096  # AsyncLLM: more queued requests raise QueueFullError
+    kv_host_bytes: int | None = None  # L2 host tier budget; None = off
+    kv_dir: str | None = None  # L3 directory tier; None = off
+    kv_disk_bytes: int | None = None  # L3 byte budget (LRU); None = unbounded
+    kv_retention: Any = None  # retention classes: Mapping[str, str | float] or Iterable["CLASS=DURATION"]
 
     def __post_init__(self) -> None:
         checks = [
@@ -42,10 +53,20 @@ class EngineConfig:
             (self.max_model_len is None or self.max_model_len >= 1, "max_model_len must be >= 1"),
             (self.max_waiting_requests >= 1, "max_waiting_requests must be >= 1"),
             (self.num_threads is None or self.num_threads >= 1, "num_threads must be >= 1"),
+            (self.kv_host_bytes is None or self.kv_host_bytes > 0, "kv_host_bytes must be > 0"),
+            (self.kv_disk_bytes is None or self.kv_disk_bytes > 0, "kv_disk_bytes must be > 0"),
+            (self.kv_disk_bytes is None or self.kv_dir is not None, "kv_disk_bytes needs kv_dir"),
+            (not self.kv_tiers_enabled or self.enable_prefix_caching,
+             "the lower KV tiers (kv_host_bytes, kv_dir) need enable_prefix_caching"),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        self.kv_retention = retention_seconds(self.kv_retention)
+
+    @property
+    def kv_tiers_enabled(self) -> bool:
+        return self.kv_host_bytes is not None or self.kv_dir is not None
 
     @classmethod
     def from_kwargs(cls, model: str, **config: object) -> EngineConfig:
@@ -55,3 +76,28 @@ class EngineConfig:
         if unknown:
             raise TypeError(f"unknown engine config option(s) {unknown}; known: {sorted(known - {'model'})}")
         return cls(model=model, **config)  # type: ignore[arg-type]
+
+
+def retention_seconds(value: Mapping[str, Any] | Iterable[str] | None) -> dict[str, float]:
+    """Retention classes as {class: seconds}, the defaults (chat 7d, agent 3d) overridden by `value`."""
+    from recipe.engine.kv_tiers.retention import (
+        DEFAULT_CLASSES,
+        check_class_name,
+        parse_duration,
+        parse_retention,
+    )
+
+    if value is None:
+        given: dict[str, float] = {}
+    elif isinstance(value, Mapping):
+        given = {check_class_name(str(k)): v if isinstance(v, (int, float)) else parse_duration(str(v))
+                 for k, v in value.items()}
+    elif isinstance(value, str):
+        given = parse_retention([value])
+    else:
+        given = parse_retention(value)
+    out = {**DEFAULT_CLASSES, **{k: float(v) for k, v in given.items()}}
+    bad = [k for k, v in out.items() if v <= 0]
+    if bad:
+        raise ValueError(f"retention of class(es) {bad} must be > 0")
+    return out

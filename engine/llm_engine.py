@@ -37,6 +37,8 @@ class EngineStats:
     output_tokens: int
     steps: int
     model_busy_s: float  # time the model thread spent running steps
+    kv_tiers: Any = None  # kv_tiers.TierSnapshot when the lower KV tiers are on
+    restored_tokens: int = 0  # prompt tokens restored from the lower KV tiers (part of prefix_cache_hits)
 
 
 def load(model: Any, dtype: Any, device: Any) -> tuple[Any, Any]:
@@ -70,6 +72,13 @@ class LLMEngine:
                                    max_model_len=self.max_model_len)
         self.runner = ModelRunner(self.model, block_size=cfg.block_size, num_blocks=num_blocks,
                                   dtype=self.dtype, device=self.device)
+        self.kv_tiers: Any = None
+        if cfg.kv_tiers_enabled:
+            from recipe.engine.kv_tiers import KVTiers
+
+            self.kv_tiers = KVTiers.from_config(cfg, self.model, self.model_info, self.dtype,
+                                                getattr(self.runner, "kv_cache", None))
+            self.block_manager.tiers = self.kv_tiers
         # The model always runs on this one thread (so both modes run it alike); only async mode overlaps.
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             1, thread_name_prefix="recipe-model", initializer=devices.set_num_threads, initargs=(self.num_threads,))
@@ -109,6 +118,9 @@ class LLMEngine:
         if len(ids) >= self.max_model_len:
             raise ValueError(f"the prompt has {len(ids)} tokens; this engine holds at most {self.max_model_len} "
                              "per sequence (prompt + output)")
+        if params.kv_retention is not None and params.kv_retention not in self.config.kv_retention:
+            raise ValueError(f"unknown KV retention class {params.kv_retention!r}; "
+                             f"known: {sorted(self.config.kv_retention)}")
         return ids
 
     def abort_request(self, request_id: str) -> list[RequestOutput]:
@@ -155,6 +167,11 @@ class LLMEngine:
         now = time.perf_counter()
         outputs = []
         row = 0
+        if self.kv_tiers is not None:  # before finishing frees them: blocks this step completed go down
+            for s in sched.scheduled:
+                if s.seq.block_table:
+                    self.block_manager.commit(s.seq)
+                    self.block_manager.offload(s.seq, s.start + s.num_tokens)
         for s in sched.scheduled:
             if not s.sample:
                 continue
@@ -213,7 +230,8 @@ class LLMEngine:
             running=len(self.scheduler.running), waiting=len(self.scheduler.waiting), kv_usage=bm.usage,
             num_kv_blocks=bm.num_blocks, prefix_cache_queries=bm.prefix_queries, prefix_cache_hits=bm.prefix_hits,
             prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens, steps=self.steps,
-            model_busy_s=self.model_busy_s)
+            model_busy_s=self.model_busy_s,
+            kv_tiers=None if self.kv_tiers is None else self.kv_tiers.snapshot(), restored_tokens=bm.restored_tokens)
 
     def drain(self) -> list[RequestOutput]:
         """Wait for steps in flight and post-process them."""
@@ -231,3 +249,7 @@ class LLMEngine:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+        if self.kv_tiers is not None:  # writes what is queued for the directory tier, frees the segment
+            self.kv_tiers.close()
+            self.kv_tiers = None
+            self.block_manager.tiers = None

@@ -9,6 +9,7 @@ for the host to post-process its predecessor.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ class PreparedStep:
     rows: list[SamplingRow]
     matchers: list[Any]
     pending_history: list[bool] = field(default_factory=list)  # row's histories lack the placeholder token
+    kv_writes: list[Callable[[], None]] = field(default_factory=list)  # restored KV, written before forward
 
 
 @dataclass
@@ -119,7 +121,7 @@ class ModelRunner:
             query_lens=[s.num_tokens for s in sched.scheduled],
             context_lens=[s.start + s.num_tokens for s in sched.scheduled],
             block_tables=tables, sample_rows=sample_rows, sample_seq_ids=sample_seq_ids, rows=rows,
-            matchers=matchers, pending_history=pending_history,
+            matchers=matchers, pending_history=pending_history, kv_writes=sched.kv_writes,
         )
 
     @torch.inference_mode()
@@ -137,6 +139,8 @@ class ModelRunner:
                     row.output_ids = [*row.output_ids, tok]
                 if row.context_ids is not None:
                     row.context_ids = [*row.context_ids, tok]
+        for write in step.kv_writes:  # blocks restored from lower KV tiers, before anything reads them
+            write()
         dev = self.device
         cu = np.zeros(len(step.query_lens) + 1, dtype=np.int64)
         np.cumsum(step.query_lens, out=cu[1:])

@@ -17,6 +17,8 @@ class SamplingParams:
     with reason "dead_end" (no token emitted) when it allows no token or refuses the sampled one: a
     constrained sequence never leaves its constraint and never falls back to free generation.
     `ignore_eos`: the model's end-of-sequence ids do not stop the sequence (`stop_token_ids` still do).
+    `kv_retention`: the retention class (engine config `kv_retention`) under which the lower KV tiers keep
+    this request's blocks.
     The token that stops a sequence (EOS, or one of `stop_token_ids`) is not part of its output.
     """
 
@@ -34,6 +36,7 @@ class SamplingParams:
     logprobs: int | None = None
     n: int = 1
     constraint: Any = None
+    kv_retention: str | None = None  # retention class of the KV this request stores (None = "chat")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from recipe.engine.block_manager import BlockManager
@@ -39,6 +40,7 @@ class ScheduledSequence:
 class SchedulerOutput:
     scheduled: list[ScheduledSequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    kv_writes: list[Callable[[], None]] = field(default_factory=list)  # restored KV, written before the step
 
     @property
     def num_tokens(self) -> int:
@@ -95,6 +97,8 @@ class Scheduler:
                 budget -= n
         if not out.preempted:
             self._admit(out, budget)
+        if out.scheduled:
+            out.kv_writes = bm.take_pending_writes()
         return out
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
@@ -107,7 +111,10 @@ class Scheduler:
             if prefix is None:
                 return
             if not prefix:
-                prefix = bm.match_prefix(seq)
+                # past the device pool the lower KV tiers load on a thread; wait for them only when idle
+                prefix = bm.match_prefix(seq, wait=not self.running)
+                if prefix is None:
+                    return
             cached = len(prefix) * bm.block_size
             n = min(len(seq) - cached, budget)
             if not bm.admit(seq, prefix, cached + n):

@@ -39,6 +39,7 @@ class Sequence:
         self.block_table: list[int] = []
         self.num_hashed_blocks = 0  # leading blocks of block_table registered in the prefix cache
         self.block_hashes: list[bytes] = []
+        self.num_stored_blocks = 0  # leading blocks handed to the lower KV tiers (block_manager.offload)
         self.status = SequenceStatus.WAITING
         self.finish_reason: str | None = None
         self.stop_token_id: int | None = None

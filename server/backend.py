@@ -95,6 +95,8 @@ class BackendStats:
     kv_usage: float = 0.0
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
+    restored_tokens: int = 0  # of the hits, prompt tokens restored from the lower KV tiers
+    kv_tiers: Any = None  # the engine's kv_tiers.TierSnapshot when its lower KV tiers are on
 
 
 class Backend(Protocol):

@@ -16,6 +16,7 @@ from typing import Any
 
 from recipe.server.backend import Backend, EchoBackend, echo_model_card
 from recipe.server.config import ServerConfig, default_responses_db
+from recipe.server.kv_flags import add_kv_args, kv_engine_config
 
 EPILOG = """\
 authentication:
@@ -57,6 +58,7 @@ def add_parser(subparsers: Any) -> None:
                    help="with --backend echo: pause this long per token, to stand in for an engine's step time")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     add_engine_arguments(p)
+    add_kv_args(p)
     p.set_defaults(func=run)
 
 
@@ -121,7 +123,7 @@ def build_backend(args: argparse.Namespace) -> Backend:
     from recipe.engine import AsyncLLM
     from recipe.server.engine_backend import EngineBackend
 
-    engine = AsyncLLM(args.model or "smollm2", **engine_config_from_args(args))
+    engine = AsyncLLM(args.model or "smollm2", **engine_config_from_args(args), **kv_engine_config(args))
     return EngineBackend(engine, name=default_model_name(args.model))
 
 

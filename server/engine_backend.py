@@ -114,6 +114,8 @@ class EngineBackend:
             kv_usage=float(_get(s, "kv_usage", "kv_cache_usage", default=0.0)),
             prefix_cache_queries=int(_get(s, "prefix_cache_queries", default=0)),
             prefix_cache_hits=int(_get(s, "prefix_cache_hits", default=0)),
+            restored_tokens=int(_get(s, "restored_tokens", default=0)),
+            kv_tiers=getattr(s, "kv_tiers", None),
         )
 
     def failure(self) -> str | None:

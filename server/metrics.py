@@ -6,6 +6,15 @@ With the default prefix `recipe` the series are (all labelled `model_name`):
 `recipe:kv_cache_usage_perc` (gauges read from the backend at scrape time); `recipe:prefix_cache_queries_total`,
 `recipe:prefix_cache_hits_total`, `recipe:prompt_tokens_total`, `recipe:generation_tokens_total`,
 `recipe:request_success_total{finished_reason}` (counters). `--metrics-prefix vllm` gives vLLM's exact names.
+
+With the engine's lower KV tiers on (`--kv-host-bytes`, `--kv-dir`): `recipe:external_prefix_cache_queries_total`
+and `recipe:external_prefix_cache_hits_total` (prompt tokens looked up past the device pool and restored from
+the tiers, vLLM's names for KV-connector hits), and per tier (`tier="host"|"disk"`, blocks and bytes, as
+LMCache reports its backends): `recipe:kv_tier_hits_total`, `recipe:kv_tier_misses_total`,
+`recipe:kv_tier_read_bytes_total`, `recipe:kv_tier_written_bytes_total`, `recipe:kv_tier_stored_blocks_total`,
+`recipe:kv_tier_evicted_blocks_total`, `recipe:kv_tier_write_drops_total`, `recipe:kv_tier_corruptions_total`,
+`recipe:kv_tier_usage_bytes`, `recipe:kv_tier_capacity_bytes`, `recipe:kv_tier_enabled` (1 on, 0 disabled
+after an I/O error), and the histogram `recipe:kv_restore_latency_seconds`.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from recipe.server.backend import BackendStats
 
@@ -52,6 +61,53 @@ class _BackendCollector(Collector):
             c = CounterMetricFamily(f"{p}:{name}", doc, labels=["model_name"])
             c.add_metric(labels, float(value))
             yield c
+        if s.kv_tiers is not None:
+            yield from _tier_metrics(p, self.model_name, s)
+
+
+_TIER_COUNTERS = (
+    ("kv_tier_hits", "Blocks restored from the tier.", "hits"),
+    ("kv_tier_misses", "Prefix lookups that ended at the tier.", "misses"),
+    ("kv_tier_read_bytes", "Bytes read from the tier.", "bytes_read"),
+    ("kv_tier_written_bytes", "Bytes written to the tier.", "bytes_written"),
+    ("kv_tier_stored_blocks", "Blocks stored in the tier.", "blocks_stored"),
+    ("kv_tier_evicted_blocks", "Blocks evicted from the tier (budget or retention).", "blocks_evicted"),
+    ("kv_tier_write_drops", "Writes dropped because the write-behind queue was full.", "write_drops"),
+    ("kv_tier_corruptions", "Stored blocks that failed verification (quarantined and recomputed).", "corruptions"),
+)
+_TIER_GAUGES = (
+    ("kv_tier_usage_bytes", "Bytes the tier holds.", "used_bytes"),
+    ("kv_tier_capacity_bytes", "The tier's byte budget (0: none).", "capacity_bytes"),
+    ("kv_tier_enabled", "1 while the tier is in use, 0 once an I/O error disabled it.", "enabled"),
+)
+
+
+def _tier_metrics(p: str, model_name: str, s: BackendStats) -> Iterator[Metric]:
+    snap = s.kv_tiers
+    tiers = list(snap.tiers)
+    for name, doc, value in (
+        ("external_prefix_cache_queries", "Prompt tokens looked up past the device KV pool.",
+         s.prefix_cache_queries - s.prefix_cache_hits + s.restored_tokens),
+        ("external_prefix_cache_hits", "Prompt tokens restored from the lower KV tiers.", s.restored_tokens),
+    ):
+        c = CounterMetricFamily(f"{p}:{name}", doc, labels=["model_name"])
+        c.add_metric([model_name], float(value))
+        yield c
+    for families, kind in ((_TIER_COUNTERS, CounterMetricFamily), (_TIER_GAUGES, GaugeMetricFamily)):
+        for name, doc, attr in families:
+            fam = kind(f"{p}:{name}", doc, labels=["model_name", "tier"])
+            for t in tiers:
+                fam.add_metric([model_name, t.name], float(getattr(t, attr)))
+            yield fam
+    h = snap.restore_latency
+    cumulative, buckets = 0, []
+    for bound, count in zip([*h.buckets, float("inf")], h.counts, strict=True):
+        cumulative += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(bound), float(cumulative)))
+    hist = HistogramMetricFamily(f"{p}:kv_restore_latency_seconds", "Time to load a prefix from the lower KV tiers.",
+                                 labels=["model_name"])
+    hist.add_metric([model_name], buckets, sum_value=h.total)
+    yield hist
 
 
 class ServerMetrics:

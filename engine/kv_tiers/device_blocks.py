@@ -1,14 +1,16 @@
-"""Blocks of the engine's KV cache (`engine/kv_cache.py`) as the bytes a tier stores, and back.
+"""Blocks of the engine's KV cache as the bytes a tier stores, and back.
 
-A block's bytes are, for each cache kind in name order, `read(kind, [b])` laid out `[layers, planes,
-block_size, *token_shape]`. `read` copies blocks out (a snapshot: the block may be reused right after);
-`writes` turns loaded bytes into the `{kind: tensor}` that `KVCache.write` takes, which the model runner
-applies on the model thread before the step that first reads those blocks.
+The cache is anything with `kinds` (or `tensors` keyed by kind), `read(kind, block_ids) -> [layers, planes,
+n, block_size, *token_shape]` and `write(kind, block_ids, data)`: `engine/kv_cache.py`, or `LayerCaches`
+over layer-owned caches. A block's bytes are, for each kind in name order, its `[layers, planes,
+block_size, ...]` slice. `read` copies blocks out (a snapshot: the block may be reused right after);
+`writer` returns the copy back in, which the model runner runs on the model thread before the step that
+first reads those blocks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,16 +20,16 @@ import torch
 class DeviceBlocks:
     def __init__(self, kv_cache: Any) -> None:
         self.kv_cache = kv_cache
-        self.kinds = sorted(kv_cache.tensors)
+        self.kinds: list[str] = sorted(getattr(kv_cache, "kinds", None) or kv_cache.tensors)
         self._shapes: dict[str, tuple[int, ...]] = {}
         self._dtypes: dict[str, torch.dtype] = {}
         self._spans: dict[str, tuple[int, int]] = {}
         at = 0
         for kind in self.kinds:
-            t = kv_cache.tensors[kind]
-            shape = (t.shape[0], t.shape[1], *t.shape[3:])  # one block: [layers, planes, block_size, ...]
-            nbytes = int(np.prod(shape)) * t.element_size()
-            self._shapes[kind], self._dtypes[kind] = shape, t.dtype
+            probe = kv_cache.read(kind, [0])  # [layers, planes, 1, block_size, ...]
+            shape = (probe.shape[0], probe.shape[1], *probe.shape[3:])
+            nbytes = int(np.prod(shape)) * probe.element_size()
+            self._shapes[kind], self._dtypes[kind] = shape, probe.dtype
             self._spans[kind] = (at, at + nbytes)
             at += nbytes
         self.kv_bytes = at
@@ -43,13 +45,18 @@ class DeviceBlocks:
             dst.copy_(data.movedim(2, 0))
         return out
 
-    def writes(self, blocks: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
-        """`{kind: [layers, planes, n, ...]}` for `KVCache.write`, from n blocks' bytes."""
+    def writer(self, block_ids: Sequence[int], blocks: Sequence[np.ndarray]) -> Callable[[], None]:
+        """The copy of n blocks' bytes into device blocks `block_ids` (run it on the model thread)."""
         stacked = np.stack([np.asarray(b, dtype=np.uint8).reshape(-1) for b in blocks])
-        n = len(blocks)
-        out = {}
+        ids, n = list(block_ids), len(blocks)
+        data = {}
         for kind in self.kinds:
             a, b = self._spans[kind]
             part = torch.from_numpy(np.ascontiguousarray(stacked[:, a:b])).view(self._dtypes[kind])
-            out[kind] = part.view(n, *self._shapes[kind]).movedim(0, 2)
-        return out
+            data[kind] = part.view(n, *self._shapes[kind]).movedim(0, 2)
+
+        def write() -> None:
+            for kind, tensor in data.items():
+                self.kv_cache.write(kind, ids, tensor)
+
+        return write

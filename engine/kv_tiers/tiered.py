@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from recipe.engine.kv_tiers.device_blocks import DeviceBlocks
@@ -95,10 +96,10 @@ class KVTiers:
         self.store([StoredBlock(h, np.asarray(c, dtype=np.int64), data[i], retention_class)
                     for i, (h, c) in enumerate(zip(hashes, chunks, strict=True))])
 
-    def device_writes(self, blocks: Sequence[StoredBlock]) -> dict:
-        """What the model runner writes into the device blocks that receive `blocks`."""
+    def device_writer(self, block_ids: Sequence[int], blocks: Sequence[StoredBlock]) -> Callable[[], None]:
+        """The write of `blocks` into device blocks `block_ids`, for the model thread to run before its step."""
         assert self.device is not None
-        return self.device.writes([b.kv for b in blocks])
+        return self.device.writer(block_ids, [b.kv for b in blocks])
 
     def evict(self, now: float) -> int:
         return sum(tier.evict(now) for tier in self.tiers)
@@ -107,6 +108,35 @@ class KVTiers:
         h = self.restore_latency
         copy = LatencyHistogram(h.buckets, list(h.counts), h.total, h.n)
         return TierSnapshot(tuple(TierStats(**t.stats.__dict__) for t in self.tiers), copy, self.restored_blocks)
+
+    @classmethod
+    def from_config(cls, config: Any, model: Any, info: Any, dtype: Any, kv_cache: Any) -> KVTiers:
+        """The tiers `EngineConfig` asks for (`kv_host_bytes`, `kv_dir`, `kv_disk_bytes`, `kv_retention`)."""
+        from recipe.engine.kv_tiers.file_tier import FileTier
+        from recipe.engine.kv_tiers.host_tier import HostTier
+        from recipe.engine.kv_tiers.namespace import Namespace
+        from recipe.engine.kv_tiers.retention import RetentionPolicy
+
+        if kv_cache is None:  # the attention layers still own their caches
+            from recipe.engine.kv_tiers.layer_caches import LayerCaches
+
+            kv_cache = LayerCaches(model)
+        device = DeviceBlocks(kv_cache)
+        namespace = Namespace.of(model, info, dtype, config.block_size).digest
+        tiers: list[KVTier] = []
+        if config.kv_host_bytes is not None:
+            tiers.append(HostTier(config.kv_host_bytes, namespace, config.block_size, device.kv_bytes))
+        if config.kv_dir is not None:
+            tiers.append(FileTier(config.kv_dir, namespace, config.block_size, device.kv_bytes,
+                                  capacity_bytes=config.kv_disk_bytes, policy=RetentionPolicy(config.kv_retention)))
+        return cls(tiers, device)
+
+    def flush(self) -> None:
+        """Wait for queued directory writes (tests, benchmarks, shutdown)."""
+        for tier in self.tiers:
+            flush = getattr(tier, "flush", None)
+            if flush is not None:
+                flush()
 
     def close(self) -> None:
         self._loader.shutdown(wait=True)
