@@ -135,7 +135,8 @@ class BlockManager:
                 self.cached[stored.block_hash] = block_id
             self._release(block_id)  # a cached free block, most recently used: admit() takes it
         self.pending_writes.append(self.tiers.device_writer(ids, loaded))
-        self.restored_tokens += len(ids) * self.block_size
+        if seq.num_preemptions == 0:  # as prefix_hits: a re-admission is not a new lookup
+            self.restored_tokens += len(ids) * self.block_size
         return ids
 
     def take_pending_writes(self) -> list[Callable[[], None]]:
