@@ -62,6 +62,7 @@ class GenerationParams:
     n: int = 1
     stop_token_ids: tuple[int, ...] = ()
     constraint: Any = None
+    kv_retention: str | None = None  # retention class of the request's stored KV (None: the engine's default)
 
 
 @dataclass(frozen=True)

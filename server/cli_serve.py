@@ -16,7 +16,7 @@ from typing import Any
 
 from recipe.server.backend import Backend, EchoBackend, echo_model_card
 from recipe.server.config import ServerConfig, default_responses_db
-from recipe.server.kv_flags import add_kv_args, kv_engine_config
+from recipe.server.kv_flags import add_kv_args, kv_engine_config, kv_server_config
 
 EPILOG = """\
 authentication:
@@ -103,6 +103,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         allow_unauthenticated=args.allow_unauthenticated, served_model_names=tuple(args.served_model_name),
         responses_db=args.responses_db, max_body_bytes=args.max_body_bytes, max_pending_requests=args.max_pending,
         request_timeout_s=args.request_timeout, drain_timeout_s=args.drain_timeout, metrics_prefix=args.metrics_prefix,
+        **kv_server_config(args),
     )
 
 

@@ -43,6 +43,8 @@ class ServerConfig:
     retry_after_s: int = 1
     metrics_prefix: str = "recipe"
     drain_timeout_s: float = 30.0
+    kv_retention_by_api: tuple[tuple[str, str], ...] = ()  # (api, retention class): see kv_retention.py
+    kv_retention_by_key: tuple[tuple[str, str], ...] = ()  # (API key, retention class)
 
     def __post_init__(self) -> None:
         if self.max_body_bytes <= 0:

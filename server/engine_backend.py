@@ -75,7 +75,7 @@ class EngineBackend:
             presence_penalty=p.presence_penalty, frequency_penalty=p.frequency_penalty,
             repetition_penalty=p.repetition_penalty, ignore_eos=p.ignore_eos,
             max_tokens=p.max_tokens, stop_token_ids=tuple(p.stop_token_ids), seed=p.seed,
-            logprobs=p.logprobs, n=p.n, constraint=p.constraint,
+            logprobs=p.logprobs, n=p.n, constraint=p.constraint, kv_retention=p.kv_retention,
         )
 
     async def generate(

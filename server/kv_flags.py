@@ -37,6 +37,23 @@ def _retention(text: str) -> str:
     return text
 
 
+def _pair(text: str) -> tuple[str, str]:
+    left, sep, right = text.partition("=")
+    if not sep or not left or not right:
+        raise argparse.ArgumentTypeError(f"bad value {text!r}: use NAME=CLASS")
+    return left, right
+
+
+def kv_server_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The `ServerConfig` fields that pick a request's retention class."""
+    apis = dict(getattr(args, "kv_retention_api", []) or [])
+    unknown = sorted(set(apis) - {"chat", "messages", "responses"})
+    if unknown:
+        raise ValueError(f"--kv-retention-api: unknown API(s) {unknown}; use chat, messages or responses")
+    return {"kv_retention_by_api": tuple(apis.items()),
+            "kv_retention_by_key": tuple(getattr(args, "kv_retention_key", []) or [])}
+
+
 def add_kv_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("KV cache tiers")
     g.add_argument("--kv-host-bytes", type=parse_bytes, default=None, metavar="BYTES",
@@ -47,6 +64,11 @@ def add_kv_args(p: argparse.ArgumentParser) -> None:
                    help="byte budget of --kv-dir; least recently used blocks go first (default: no cap)")
     g.add_argument("--kv-retention", type=_retention, action="append", default=[], metavar="CLASS=DURATION",
                    help="keep unused KV of a retention class this long (repeatable; defaults chat=7d agent=3d)")
+    g.add_argument("--kv-retention-api", type=_pair, action="append", default=[], metavar="API=CLASS",
+                   help="retention class of an API's requests (chat, messages, responses; repeatable)")
+    g.add_argument("--kv-retention-key", type=_pair, action="append", default=[], metavar="KEY=CLASS",
+                   help="retention class of the requests made with an API key (repeatable); a request's "
+                        "metadata.kv_retention field wins over both")
 
 
 def kv_engine_config(args: argparse.Namespace) -> dict[str, Any]:

@@ -205,6 +205,7 @@ class Pipeline:
         self, api: Api, request: Any, *, echo: dict[str, Any] | None = None,
         response_fields: dict[str, Any] | None = None, size_hint: int = 0, single_tool_call: bool = False,
         extras: SamplingExtras | None = None,
+        kv_retention: str | None = None,
     ) -> Generation:
         """Everything before generation; `size_hint` (the body's size) moves rendering and encoding of
         large requests to a worker thread so they do not stall the event loop. `single_tool_call`: the
@@ -243,6 +244,7 @@ class Pipeline:
             # ignore_eos (vLLM's meaning): the end-of-sequence ids do not stop the output either.
             stop_token_ids=() if extras.ignore_eos else self.backend.model.eos_token_ids,
             constraint=constraint,
+            kv_retention=kv_retention,
         )
         response_id = new_response_id(api)
         created = int(time.time())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from recipe.server.chat_spec import complete_body
 from recipe.server.delivery import collect, json_response, stream_response
+from recipe.server.kv_retention import retention_class
 from recipe.server.limits import read_body
 from recipe.server.sampling_extras import read_extras
 from recipe.server.state import state_of
@@ -22,7 +23,8 @@ async def chat_completions(request: Request) -> Response:
     converted = await state.pipeline.aconvert("chat", body, len(body))
     gen = await state.pipeline.prepare("chat", converted, size_hint=len(body),
                                        single_tool_call=single_tool_call("chat", body),
-                                       extras=read_extras("chat", body))
+                                       extras=read_extras("chat", body),
+                                       kv_retention=retention_class(state.config, "chat", body, request.headers))
     if gen.stream:
         return await stream_response(request, state.pipeline, gen)
     await collect(request, state.pipeline, gen)

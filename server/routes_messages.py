@@ -6,6 +6,7 @@ import orjson
 from fastapi import APIRouter
 from recipe.server.delivery import collect, json_response, stream_response
 from recipe.server.errors import ApiError
+from recipe.server.kv_retention import retention_class
 from recipe.server.limits import read_body
 from recipe.server.state import state_of
 from recipe.server.tool_policy import single_tool_call
@@ -21,7 +22,8 @@ async def messages(request: Request) -> Response:
     body = await read_body(request, state.config.max_body_bytes)
     converted = await state.pipeline.aconvert("messages", body, len(body))
     gen = await state.pipeline.prepare("messages", converted, size_hint=len(body),
-                                       single_tool_call=single_tool_call("messages", body))
+                                       single_tool_call=single_tool_call("messages", body),
+                                       kv_retention=retention_class(state.config, "messages", body, request.headers))
     if gen.stream:
         return await stream_response(request, state.pipeline, gen)
     await collect(request, state.pipeline, gen)

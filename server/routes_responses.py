@@ -12,6 +12,7 @@ import orjson
 from fastapi import APIRouter
 from recipe.server.delivery import collect, json_response, stream_response
 from recipe.server.errors import ApiError
+from recipe.server.kv_retention import retention_class
 from recipe.server.limits import read_body
 from recipe.server.pipeline import Generation
 from recipe.server.state import ServerState, state_of
@@ -83,6 +84,7 @@ async def create_response(request: Request) -> Response:
         "responses", converted, echo=state.pipeline.parts.stream.responses_echo(body),
         response_fields={"store": store, "previous_response_id": previous}, size_hint=size,
         single_tool_call=single_tool_call("responses", body),
+        kv_retention=retention_class(state.config, "responses", body, request.headers),
     )
 
     async def save(g: Generation) -> None:

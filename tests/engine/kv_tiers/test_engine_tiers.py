@@ -156,3 +156,24 @@ def test_configuration_errors_are_clear(llama_checkpoint: Path, tmp_path: Path) 
     classes = {__import__("recipe.engine.kv_tiers.unit", fromlist=["x"]).read_header(p.read_bytes()).retention_class
                for p in tmp_path.rglob("*.kv")}
     assert classes == {"batch"}
+
+
+def test_preempted_sequences_come_back_from_the_host_tier(llama_checkpoint: Path) -> None:
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(3, 256, (41,), generator=g).tolist() for _ in range(4)]
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    tight = {"num_kv_blocks": 36, "async_scheduling": False}  # 4 x 21 blocks at the end: preemption
+    expected = [list(o.new_token_ids) for o in make(llama_checkpoint, **tight).generate(prompts, params)]
+    on = make(llama_checkpoint, kv_host_bytes=1 << 20, **tight)
+    preempted = []
+    original = on.engine.scheduler._preempt
+
+    def spy(seq):  # type: ignore[no-untyped-def]
+        preempted.append(seq.num_computed_tokens)
+        original(seq)
+
+    on.engine.scheduler._preempt = spy  # type: ignore[method-assign]
+    assert [list(o.new_token_ids) for o in on.generate(prompts, params)] == expected
+    host = on.engine.stats().kv_tiers.tiers[0]
+    assert preempted and host.hits > 0  # the preempted KV came back from host memory, not recomputed
+    on.shutdown()
