@@ -2,20 +2,21 @@
 
 Layout: a fixed header, the block's token ids (int64), then the block's KV bytes. The header names the
 namespace (model fingerprint, dtype, block size, layout) and the chained block hash, so a unit can never be
-read back as another model's or another block's KV; a CRC-32 over namespace, hash, tokens and KV catches
-truncation and bit rot. `decode` raises `CorruptUnit` for anything that does not check out.
+read back as another model's or another block's KV; an XXH3-64 checksum over namespace, hash, tokens and KV
+catches truncation and bit rot (zlib's CRC-32 ran at a fifth of XXH3's rate here and capped restore
+bandwidth). `decode` raises `CorruptUnit` for anything that does not check out.
 """
 
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
+import xxhash
 
-MAGIC = b"RCPKVU01"
-HEADER = struct.Struct("<8s16s16sII16sdQI")  # magic, namespace, hash, tokens, flags, class, created, kv_len, crc
+MAGIC = b"RCPKVU02"
+HEADER = struct.Struct("<8s16s16sII16sdQQ")  # magic, namespace, hash, tokens, flags, class, created, kv_len, sum
 HEADER_SIZE = HEADER.size
 CLASS_FIELD = 16
 
@@ -44,10 +45,12 @@ def unit_size(num_tokens: int, kv_len: int) -> int:
 
 
 def checksum(namespace: bytes, block_hash: bytes, tokens: np.ndarray, kv: np.ndarray) -> int:
-    crc = zlib.crc32(namespace)
-    crc = zlib.crc32(block_hash, crc)
-    crc = zlib.crc32(np.ascontiguousarray(tokens).data.cast("B"), crc)
-    return zlib.crc32(np.ascontiguousarray(kv).data.cast("B"), crc)
+    h = xxhash.xxh3_64()
+    h.update(namespace)
+    h.update(block_hash)
+    h.update(np.ascontiguousarray(tokens).data.cast("B"))
+    h.update(np.ascontiguousarray(kv).data.cast("B"))
+    return int(h.intdigest())
 
 
 def encode_into(out: np.ndarray, namespace: bytes, block_hash: bytes, tokens: np.ndarray, kv: np.ndarray,
