@@ -14,14 +14,18 @@ import torch
 
 class LayerCaches:
     def __init__(self, model: Any) -> None:
+        from recipe.engine.layers.attention import PagedAttention
+        from recipe.engine.layers.mla_attention import MultiHeadLatentAttention
+
         self.planes: dict[str, list[list[torch.Tensor]]] = {}
         for module in model.modules():
-            if getattr(module, "k_cache", None) is not None and getattr(module, "v_cache", None) is not None:
+            if isinstance(module, PagedAttention) and module.k_cache is not None and module.v_cache is not None:
                 self.planes.setdefault("full", []).append([module.k_cache, module.v_cache])
-            elif isinstance(getattr(module, "cache", None), torch.Tensor):
+            elif isinstance(module, MultiHeadLatentAttention) and module.cache is not None:
                 self.planes.setdefault("latent", []).append([module.cache])
-        if not self.planes:
-            raise ValueError("the lower KV tiers found no paged KV cache in this model")
+        other = hasattr(model, "cache_specs")  # several cache kinds (DeepSeek-V4): not supported yet
+        if not self.planes or other:
+            raise ValueError("the lower KV tiers support Llama and DeepSeek-V3 (MLA) caches, not this model's")
         self.kinds = sorted(self.planes)
 
     def read(self, kind: str, block_ids: Sequence[int]) -> torch.Tensor:
