@@ -9,7 +9,9 @@ that close the stream cleanly.
 
 from __future__ import annotations
 
+import contextlib
 import time
+import weakref
 from typing import Any, Literal
 
 from recipe.conversation import ConversationRequest
@@ -21,7 +23,7 @@ from recipe.stream.pieces import Piece, ToolCallStart
 from recipe.stream.responses_events import ResponsesEventBuilder
 from recipe.stream.sse import Event
 from recipe.stream.text_parser import OutputFormat, OutputTextParser
-from recipe.stream.token_markers import SENTINEL_OF
+from recipe.stream.token_markers import sentinel_for
 from recipe.stream.token_text import UpdateDecoder
 from recipe.stream.updates import BackendUpdate, Finish, Ready, StreamInputError, TextUpdate, TokenUpdate
 from recipe.stream.usage import Usage
@@ -70,8 +72,7 @@ class StreamProcessor:
         self._logprobs = LogprobRenderer(tokenizer) if tokenizer is not None else None
         self._held_logprobs: list[dict[str, Any]] = []  # entries of tokens whose text is not out yet
         self._special_ids: frozenset[int] = frozenset(getattr(tokenizer, "special_ids", ()) or ())
-        added = getattr(tokenizer, "added_ids", {}) or {}
-        self._marker_ids = {added[s]: sentinel for s, sentinel in SENTINEL_OF.items() if s in added}
+        self._marker_ids = _special_sentinels(tokenizer)
         self._chat: ChatEventBuilder | None = None
         self._messages: MessagesEventBuilder | None = None
         self._responses: ResponsesEventBuilder | None = None
@@ -215,27 +216,34 @@ class StreamProcessor:
             )
         try:
             self.parser.use_token_markers()
+            marker_ids = self._marker_ids if self.parser.token_markers else {}
             segments = []
             for start, end in _special_runs(ids, self._special_ids):
                 run = ids[start:end]
                 text = self._decoder.add_many(run)
-                if end - start == 1 and run[0] in self._marker_ids:
-                    text = self._marker_ids[run[0]]
+                if end - start == 1 and run[0] in marker_ids:
+                    text = marker_ids[run[0]]
                 if update.logprobs is not None:
                     self._held_logprobs.extend(self._logprobs.entries(run, list(update.logprobs)[start:end]))
-                if not text:
-                    continue
                 entries = None
-                if self._held_logprobs:
+                if text and self._held_logprobs:
                     entries = tuple(self._held_logprobs)
                     self._held_logprobs = []
-                segments.append((text, entries))
+                segments.append((text, entries, end - start))
         except (ValueError, OverflowError, TypeError) as exc:
             self.closed = True
             raise StreamInputError(f"cannot decode token ids: {exc}") from None
-        self.usage.completion_tokens += len(ids)
         events = self._preamble()
-        return events + self._pieces(self.parser.feed_segments(segments))
+        pieces: list[Piece] = []
+        parser = self.parser
+        for text, entries, count in segments:
+            # tokens count up to the segment where a stop sequence ends the output (as the reference counts)
+            self.usage.completion_tokens += count
+            if text:
+                pieces += parser.feed_segments([(text, entries)])
+                if parser.stop_sequence is not None:
+                    break
+        return events + self._pieces(pieces)
 
     def _pieces(self, pieces: list[Piece]) -> list[Event]:
         events: list[Event] = []
@@ -280,6 +288,26 @@ class StreamProcessor:
             return self._messages.finish(messages_stop_reason(reason, calls, stop_seq), stop_seq, self.usage)
         assert self._responses is not None
         return self._responses.finish(reason, self.usage)
+
+
+_SENTINELS: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
+
+
+def _special_sentinels(tokenizer: Any) -> dict[int, str]:
+    """Special token id -> its sentinel character (recipe.stream.token_markers), once per tokenizer."""
+    if tokenizer is None:
+        return {}
+    try:
+        table = _SENTINELS.get(tokenizer)
+    except TypeError:
+        table = None
+    if table is None:
+        special = frozenset(getattr(tokenizer, "special_ids", ()) or ())
+        added = getattr(tokenizer, "added_ids", {}) or {}
+        table = {tid: sentinel_for(spelling) for spelling, tid in added.items() if tid in special}
+        with contextlib.suppress(TypeError):
+            _SENTINELS[tokenizer] = table
+    return table
 
 
 def _special_runs(ids: list[int], special: frozenset[int]) -> list[tuple[int, int]]:

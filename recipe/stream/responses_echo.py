@@ -34,6 +34,21 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
     return dict(tool)
 
 
+def _text_format(fmt: Any) -> dict[str, Any]:
+    """`text.format` as the reference reports it: a JSON schema format with all its fields, others by type."""
+    if not isinstance(fmt, dict) or not fmt:
+        return {"type": "text"}
+    if fmt.get("type") == "json_schema":
+        return {
+            "type": "json_schema",
+            "name": fmt.get("name"),
+            "schema": fmt.get("schema"),
+            "description": fmt.get("description"),
+            "strict": fmt.get("strict"),
+        }
+    return {"type": fmt.get("type")}
+
+
 def responses_echo(body: dict[str, Any]) -> dict[str, Any]:
     """The echo fields of the Responses request `body` (a parsed JSON object)."""
     reasoning = body.get("reasoning") or {}
@@ -48,7 +63,7 @@ def responses_echo(body: dict[str, Any]) -> dict[str, Any]:
         "top_logprobs": body.get("top_logprobs") or 0,
         "user": body.get("user"),
         "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
-        "text": {"format": text.get("format") or {"type": "text"}, "verbosity": text.get("verbosity")},
+        "text": {"format": _text_format(text.get("format")), "verbosity": text.get("verbosity")},
         "tool_choice": body.get("tool_choice") if body.get("tool_choice") is not None else "auto",
         "tools": [_tool(t) for t in body.get("tools") or [] if isinstance(t, dict)],
     }

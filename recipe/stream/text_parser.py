@@ -5,10 +5,14 @@ Fed one backend chunk at a time, `OutputTextParser` returns the `Piece`s that ar
 
 * Reasoning runs until the first `</think>`; `ReasoningStart` drops its leading newlines, newlines
   right before `</think>` are dropped. Content then drops its leading newlines (also at the very start
-  when thinking is off, but not for `ContentContinuation`); any later `</think>` is removed.
+  when thinking is off, but not for `ContentContinuation`); a dropped newline ends the output only for
+  the stop sequence `"\n"` itself. Any later `</think>` is removed, and no match spans it.
 * The first tool-call opener (`<｜DSML｜`, or `<tool_call>` for ChatML) in reasoning or content starts the
   tool-call region; newlines directly before it are dropped.
-* Stop sequences apply to content only; the earliest match ends the output and nothing after it leaks.
+* Stop sequences apply to content only (in JSON mode to the JSON text only, see `json_mode`). The match
+  that ends first wins; at a tie a stop sequence beats `</think>` and the tool opener, and the stop
+  listed first beats the others. Nothing after the stop leaks.
+* With token ids, special tokens are sentinels (`token_markers`): opaque to stop sequences.
 * Text that may still become part of a marker (a partial `</think>`, tool opener or stop sequence, or
   newlines that may precede a tool block or `</think>`) is held back. Held text is released in the
   chunk-sized runs it arrived in, so the grouping of deltas equals the reference's.
@@ -85,12 +89,12 @@ class OutputTextParser:
         self.stop_sequence: str | None = None
         self.reasoning_text: list[str] = []
         self._pending: list[_Segment] = []
-        self._json = JsonOutputFilter() if options.parse_json_output else None
+        self._json = JsonOutputFilter(self._stops) if options.parse_json_output else None
         self._strip_leading = False
         self.starts_in_reasoning = False
         self._token_markers = False
         self._fast: dict[int, tuple[re.Pattern[str], bool]] = {}
-        self._marks_cache: dict[tuple[int, bool, bool], list[str]] = {}
+        self._marks_cache: dict[tuple[int, int, bool], list[str]] = {}
         self._tail = ""  # the last emitted characters (context for the newline rule before markers)
         if options.starts_in_tool_calls and self._tool_open is not None:
             self._mode = _TOOLS
@@ -150,10 +154,15 @@ class OutputTextParser:
         elif self._mode == _TOOLS and self._tools is not None:
             out.extend(self._tools.finish())
         if self._json is not None:
-            out.extend(ContentPiece(text, lp) for text, lp in self._json.finish())
+            out.extend(ContentPiece(unmask(text) if self._token_markers else text, lp) for text, lp in self._json.finish())
         return out
 
     # ---- internals -----------------------------------------------------------------------------
+
+    @property
+    def token_markers(self) -> bool:
+        """Whether markers are matched by their special tokens' sentinels (token-id input)."""
+        return self._token_markers
 
     def use_token_markers(self) -> None:
         """Match markers by their special tokens (sentinels written by the processor), not by spelling."""
@@ -181,22 +190,36 @@ class OutputTextParser:
 
     def _emit(self, seg: _Segment, out: list[Piece]) -> None:
         text, lp = seg
-        if not text:
+        if not text or self._mode == _DONE:
             return
         self._tail = (self._tail + text)[-32:]
+        if self._json is not None and self._mode == _CONTENT:
+            self._json_content(text, lp, out)
+            return
         if self._token_markers:
             text = unmask(text)
         if self._mode == _REASONING:
             self.reasoning_text.append(text)
             out.append(ReasoningPiece(text, lp))
-        elif self._json is None:
-            out.append(ContentPiece(text, lp))
         else:
-            out.extend(self._json.filter_piece(text, lp))
+            out.append(ContentPiece(text, lp))
+
+    def _json_content(self, text: str, lp: LogprobEntries, out: list[Piece]) -> None:
+        """Content through the JSON filter; a stop sequence it matched ends the output."""
+        assert self._json is not None
+        pieces = self._json.filter_piece(text, lp)  # sentinels stay opaque to the filter's stop matching
+        if self._token_markers:
+            for piece in pieces:
+                piece.text = unmask(piece.text)
+        out.extend(pieces)
+        if self._json.stopped is not None:
+            self.stop_sequence = self._json.stopped
+            self._mode = _DONE
+            self._pending = []
 
     def _markers(self) -> list[str]:
-        passing = self._json is not None and self._json.passing
-        key = (self._mode, passing, self._token_markers)
+        phase = self._json.phase if self._json is not None else -1
+        key = (self._mode, phase, self._token_markers)
         cached = self._marks_cache.get(key)
         if cached is None:
             cached = self._marks_cache[key] = self._compute_markers()
@@ -204,13 +227,15 @@ class OutputTextParser:
 
     def _compute_markers(self) -> list[str]:
         marks: list[str] = []
-        if self._think_end is not None:
+        # In JSON mode, markup inside the passing JSON answer (a stray `</think>`, tool calls) is answer
+        # text; a stray `</think>` is removed only before the answer, tool calls open after it too.
+        json = self._json if self._mode == _CONTENT else None
+        if self._think_end is not None and (json is None or json.seeking):
             marks.append(self._think_end)
-        if self._tool_open is not None and (self._json is None or not self._json.passing):
-            # in JSON mode, tool-call markup inside the passing JSON answer is answer text
+        if self._tool_open is not None and (json is None or not json.passing):
             marks.append(self._tool_open)
-        if self._mode == _CONTENT:
-            marks.extend(self._stops)
+        if self._mode == _CONTENT and self._json is None:
+            marks.extend(self._stops)  # in JSON mode the filter matches them, in the JSON text only
         return marks
 
     def _feed(self, text: str, lp: LogprobEntries, out: list[Piece]) -> None:
@@ -225,6 +250,8 @@ class OutputTextParser:
             return
         if self._strip_leading:
             stripped = text.lstrip("\n")
+            if len(stripped) < len(text) and self._newline_stop():
+                return
             if not stripped:
                 return
             self._strip_leading = False
@@ -232,22 +259,23 @@ class OutputTextParser:
         if not self._pending and self.fast_path:
             # fast path: nothing held and no character that could start a marker
             json = self._json
-            key = self._mode if json is None or not json.passing else self._mode + 8
+            key = self._mode if json is None else self._mode + 8 * (json.phase + 1)
             spec = self._fast.get(key)
             if spec is None:
                 spec = self._fast[key] = self._fast_spec()
             trigger, holds_newlines = spec
             if trigger.search(text) is None and not (holds_newlines and text[-1] == "\n"):
                 self._tail = text if len(text) >= 32 else (self._tail + text)[-32:]
+                if json is not None and self._mode == _CONTENT:
+                    self._json_content(text, lp, out)
+                    return
                 if self._token_markers:
                     text = unmask(text)
                 if self._mode == _REASONING:
                     self.reasoning_text.append(text)
                     out.append(ReasoningPiece(text, lp))
-                elif json is None:
-                    out.append(ContentPiece(text, lp))
                 else:
-                    out.extend(json.filter_piece(text, lp))
+                    out.append(ContentPiece(text, lp))
                 return
         self._pending.append((text, lp))
         self._scan(out)
@@ -267,20 +295,49 @@ class OutputTextParser:
         while True:
             joined = "".join(seg[0] for seg in self._pending)
             marks = self._markers()
+            # The marker whose match ends first wins; at a tie a stop sequence beats `</think>` and the
+            # tool-call opener, and the stop sequence listed first beats the others (the reference's
+            # streaming matcher). Stops are listed last in `marks`.
             best = -1
+            best_end = -1
             best_mark = ""
-            for m in marks:
+            first_stop = len(marks) - (len(self._stops) if self._mode == _CONTENT and self._json is None else 0)
+            best_rank = 0
+            for k, m in enumerate(marks):
                 i = joined.find(m)
-                if i >= 0 and (best < 0 or i < best):
-                    best, best_mark = i, m
+                if i < 0:
+                    continue
+                rank = k - first_stop if k >= first_stop else len(marks) + k
+                if best < 0 or i + len(m) < best_end or (i + len(m) == best_end and rank < best_rank):
+                    best, best_end, best_mark, best_rank = i, i + len(m), m, rank
+            is_stop = best >= 0 and best_rank < len(marks)
+            json = self._json
+            if json is not None and self._mode == _CONTENT:
+                # The JSON answer begins (or its closing fence ends it) before any marker: what follows
+                # is scanned with the markers of the filter's next state.
+                start = json.fence_end_in(joined) if json.passing else json.value_start_in(joined)
+                if start >= 0 and (best < 0 or start <= best_end):
+                    before, after = _cut_segments(self._pending, start)
+                    self._pending = before
+                    self._release(len(before), out)
+                    if self._mode == _DONE:
+                        return
+                    self._pending = after
+                    continue
             if best < 0:
                 self._release_certain(joined, marks, out)
                 return
             before, after = _split_segments(self._pending, best, best + len(best_mark))
-            if best_mark == self._think_end and self._mode == _CONTENT:
-                self._pending = before + after
+            if not is_stop and best_mark == self._think_end and self._mode == _CONTENT:
+                # a stray `</think>` in the answer is removed; no marker or stop match spans it
+                self._pending = before
+                self._release(len(before), out)
+                if self._mode == _DONE:
+                    return
+                self._tail = ""
+                self._pending = after
                 continue
-            if best_mark == self._think_end:
+            if not is_stop and best_mark == self._think_end:
                 self._pending = _strip_trailing_newlines(before, best_mark, self._tail)
                 self._release(len(self._pending), out)
                 self._mode = _CONTENT
@@ -289,10 +346,14 @@ class OutputTextParser:
                 self._pending = []
                 for seg in after:
                     self._feed_segment(seg)
+                if self._mode == _DONE:
+                    return
                 continue
-            if best_mark == self._tool_open:
+            if not is_stop and best_mark == self._tool_open:
                 self._pending = _strip_trailing_newlines(before, best_mark, self._tail)
                 self._release(len(self._pending), out)
+                if self._mode == _DONE:
+                    return
                 self._mode = _TOOLS
                 self._tools = self._new_tool_parser()
                 out.extend(self._tools.feed(best_mark + "".join(seg[0] for seg in after)))
@@ -306,9 +367,23 @@ class OutputTextParser:
             self._mode = _DONE
             return
 
+    def _newline_stop(self) -> bool:
+        """A stop sequence `"\n"` ends the output at a dropped leading newline of the answer (the
+        reference checks each dropped newline on its own, so only that exact sequence matches)."""
+        if self._mode != _CONTENT or self._json is not None or "\n" not in self._stops:
+            return False
+        self.stop_sequence = "\n"
+        self._mode = _DONE
+        self._pending = []
+        return True
+
     def _feed_segment(self, seg: _Segment) -> None:
+        if self._mode == _DONE:
+            return
         if self._strip_leading:
             text = seg[0].lstrip("\n")
+            if len(text) < len(seg[0]) and self._newline_stop():
+                return
             if not text:
                 return
             self._strip_leading = False
@@ -358,6 +433,23 @@ def _split_segments(segments: list[_Segment], start: int, end: int) -> tuple[lis
         if tail:
             after.append((tail, lp))
         pos = s1
+    return before, after
+
+
+def _cut_segments(segments: list[_Segment], at: int) -> tuple[list[_Segment], list[_Segment]]:
+    """Segments of the text before and after offset `at`; both parts of a cut segment keep its logprobs."""
+    before: list[_Segment] = []
+    after: list[_Segment] = []
+    pos = 0
+    for text, lp in segments:
+        if pos + len(text) <= at:
+            before.append((text, lp))
+        elif pos >= at:
+            after.append((text, lp))
+        else:
+            before.append((text[: at - pos], lp))
+            after.append((text[at - pos :], lp))
+        pos += len(text)
     return before, after
 
 

@@ -2,23 +2,44 @@
 
 With token ids, the reference recognises markers by their special tokens only: `</think>` is the
 special id, the DSML opener is `<` followed by the special `｜DSML｜` id; the same characters spelled
-with plain tokens are ordinary text. The processor therefore writes those special tokens into the
-parsed text as private-use sentinel characters, the parsers match the sentinel spellings, and every
+with plain tokens are ordinary text. Any other special token is one opaque unit: a stop sequence
+never matches inside or across it. The processor therefore writes every special token into the parsed
+text as one private-use sentinel character, the parsers match the sentinel spellings, and every
 emitted text maps the sentinels back to their spellings.
 """
 
 from __future__ import annotations
 
+import re
+
 THINK_END_SENTINEL = "\ue001"
 DSML_SENTINEL = "\ue002"
 
 SENTINEL_OF = {"</think>": THINK_END_SENTINEL, "｜DSML｜": DSML_SENTINEL}
+_FIRST_FREE = 0xE010
+_LAST = 0xF8FF  # end of the Basic Multilingual Plane's private use area
 _SPELLING = {THINK_END_SENTINEL: "</think>", DSML_SENTINEL: "｜DSML｜"}
 _TABLE = str.maketrans(_SPELLING)
+_ANY = re.compile("[\ue001\ue002]")
+
+
+def sentinel_for(spelling: str) -> str:
+    """The sentinel character of a special token spelling (the same for every tokenizer)."""
+    sentinel = SENTINEL_OF.get(spelling)
+    if sentinel is None:
+        global _TABLE, _ANY
+        code = _FIRST_FREE + len(SENTINEL_OF) - 2
+        if code > _LAST:
+            raise ValueError("too many special token spellings for the private use area")
+        sentinel = SENTINEL_OF[spelling] = chr(code)
+        _SPELLING[sentinel] = spelling
+        _TABLE = str.maketrans(_SPELLING)
+        _ANY = re.compile("[\ue001\ue002" + chr(_FIRST_FREE) + "-" + chr(code) + "]")
+    return sentinel
 
 
 def unmask(text: str) -> str:
     """`text` with sentinels replaced by their special-token spellings."""
-    if "\ue001" in text or "\ue002" in text:
+    if _ANY.search(text) is not None:
         return text.translate(_TABLE)
     return text

@@ -137,3 +137,28 @@ def golden_cases() -> list[dict[str, Any]]:
 def harness() -> SimpleNamespace:
     return SimpleNamespace(recipe_request=recipe_request, to_update=to_update, run_ours=run_ours,
                            normalise=normalise, event_dicts=event_dicts, load_cases=load_cases)
+
+
+@pytest.fixture(scope="session")
+def differential() -> Any:
+    """tests/stream/stream_differential.py (loaded by path: the suite runs with --import-mode=importlib)."""
+    import importlib.util
+    import sys
+
+    name = "stream_differential"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def reference_tokenizer() -> Any:
+    import deepseek_recipe as dr
+
+    from recipe.tokenizer import deepseek_v4_tokenizer_path
+
+    return dr.Tokenizer.from_file(str(deepseek_v4_tokenizer_path()))
