@@ -23,7 +23,7 @@ from recipe.stream.pieces import Piece, ToolCallStart
 from recipe.stream.responses_events import ResponsesEventBuilder
 from recipe.stream.sse import Event
 from recipe.stream.text_parser import OutputFormat, OutputTextParser
-from recipe.stream.token_markers import sentinel_for
+from recipe.stream.token_markers import sentinels_for
 from recipe.stream.token_text import UpdateDecoder
 from recipe.stream.updates import BackendUpdate, Finish, Ready, StreamInputError, TextUpdate, TokenUpdate
 from recipe.stream.usage import Usage
@@ -304,7 +304,8 @@ def _special_sentinels(tokenizer: Any) -> dict[int, str]:
     if table is None:
         special = frozenset(getattr(tokenizer, "special_ids", ()) or ())
         added = getattr(tokenizer, "added_ids", {}) or {}
-        table = {tid: sentinel_for(spelling) for spelling, tid in added.items() if tid in special}
+        pairs = [(spelling, tid) for spelling, tid in added.items() if tid in special]
+        table = dict(zip((tid for _, tid in pairs), sentinels_for([spelling for spelling, _ in pairs]), strict=True))
         with contextlib.suppress(TypeError):
             _SENTINELS[tokenizer] = table
     return table

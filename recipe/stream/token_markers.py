@@ -25,17 +25,29 @@ _ANY = re.compile("[\ue001\ue002]")
 
 def sentinel_for(spelling: str) -> str:
     """The sentinel character of a special token spelling (the same for every tokenizer)."""
-    sentinel = SENTINEL_OF.get(spelling)
-    if sentinel is None:
-        global _TABLE, _ANY
-        code = _FIRST_FREE + len(SENTINEL_OF) - 2
-        if code > _LAST:
-            raise ValueError("too many special token spellings for the private use area")
-        sentinel = SENTINEL_OF[spelling] = chr(code)
-        _SPELLING[sentinel] = spelling
+    return sentinels_for([spelling])[0]
+
+
+def sentinels_for(spellings: list[str]) -> list[str]:
+    """The sentinel characters of special token spellings, registering new ones in one step."""
+    global _TABLE, _ANY
+    out = []
+    added = False
+    for spelling in spellings:
+        sentinel = SENTINEL_OF.get(spelling)
+        if sentinel is None:
+            code = _FIRST_FREE + len(SENTINEL_OF) - 2
+            if code > _LAST:
+                raise ValueError("too many special token spellings for the private use area")
+            sentinel = SENTINEL_OF[spelling] = chr(code)
+            _SPELLING[sentinel] = spelling
+            added = True
+        out.append(sentinel)
+    if added:
+        last = chr(_FIRST_FREE + len(SENTINEL_OF) - 3)
         _TABLE = str.maketrans(_SPELLING)
-        _ANY = re.compile("[\ue001\ue002" + chr(_FIRST_FREE) + "-" + chr(code) + "]")
-    return sentinel
+        _ANY = re.compile("[\ue001\ue002" + (chr(_FIRST_FREE) + "-" + last if len(SENTINEL_OF) > 2 else "") + "]")
+    return out
 
 
 def unmask(text: str) -> str:
