@@ -132,6 +132,9 @@ class RecipeEngine:
 
     def __init__(self, tok: Any) -> None:
         self.tok = tok
+        # build the per-vocabulary llguidance tokenizer outside any timing, as the direct engines do in theirs
+        # (on a loaded machine it can take longer than the compile timeout)
+        compile_constraint("json_object", None, tok, cache=None, timeout_s=600)
 
     def compile(self, schema: Any) -> Any:
         return compile_constraint("json_schema", schema, self.tok, strict=False, cache=None)
