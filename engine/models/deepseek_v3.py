@@ -3,20 +3,19 @@ with shared experts and grouped top-k routing. Weights named as in `transformers
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import torch
-import torch.nn.functional as F
-from recipe.engine.context import get_context
-from recipe.engine.layers.attention_plan import AttentionPlan, build_attention_plan
+from recipe.engine.kv_cache import CacheSpec
 from recipe.engine.layers.gated_mlp import GatedMLP
 from recipe.engine.layers.mla_attention import MultiHeadLatentAttention
 from recipe.engine.layers.moe import GroupedTopKRouter, MoE
 from recipe.engine.layers.rmsnorm import RMSNorm
 from recipe.engine.layers.rotary import RotaryEmbedding, rope_inv_freq, yarn_mscale
-from recipe.engine.models.weights import CheckpointError, assign, assign_cat, check_all_used, fetch
+from recipe.engine.models.base import CacheUser, DecoderLM, ForwardBatch
+from recipe.engine.models.weights import CheckpointError, WeightLoader
 from torch import nn
 
 
@@ -125,103 +124,66 @@ class DeepseekV3DecoderLayer(nn.Module):
             )
             self.mlp = MoE(c.hidden_size, c.moe_intermediate_size, c.n_routed_experts, c.n_shared_experts, router)
 
-    def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary: RotaryEmbedding, plan: AttentionPlan
-    ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, rotary, plan)
+    def forward(self, x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), batch.cos, batch.sin, batch.rotary, batch.plan)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class DeepseekV3ForCausalLM(nn.Module):
+class DeepseekV3ForCausalLM(DecoderLM):
     """forward(input_ids [N], positions [N]) -> hidden [N, H] under the runner's attention context."""
 
     def __init__(self, c: DeepseekV3Config) -> None:
-        super().__init__()
         self.config = c
-        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList(DeepseekV3DecoderLayer(c, i) for i in range(c.num_layers))
-        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.rotary = self.make_rotary()
-        self.lm_head = None if c.tie_word_embeddings else nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+        super().__init__(c.vocab_size, c.hidden_size, c.rms_norm_eps, c.tie_word_embeddings,
+                         (DeepseekV3DecoderLayer(c, i) for i in range(c.num_layers)))
 
     def make_rotary(self) -> RotaryEmbedding:
-        """The rotary embedding of this config (rebuilt after materialising a model made on the meta device)."""
         c = self.config
         inv_freq, scale = rope_inv_freq(c.rope_parameters, c.qk_rope_head_dim, c.max_positions)
         return RotaryEmbedding(inv_freq, scale, interleaved=c.rope_interleave)
 
     def decoder_layers(self) -> list[DeepseekV3DecoderLayer]:
-        return [cast(DeepseekV3DecoderLayer, layer) for layer in self.layers]
+        return [layer for layer in self.layers if isinstance(layer, DeepseekV3DecoderLayer)]
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        plan = build_attention_plan(get_context())
-        x = self.embed_tokens(input_ids)
-        cos, sin = self.rotary.cos_sin(positions, x.dtype)
-        for layer in self.layers:
-            x = layer(x, cos, sin, self.rotary, plan)
-        return self.norm(x)
+    def cache_specs(self) -> list[CacheSpec]:
+        return [self.decoder_layers()[0].self_attn.cache_spec("latent", self.config.num_layers)]
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [M, H] -> fp32 logits [M, V]."""
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
-
-    def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
-        return sum(layer.self_attn.kv_bytes_per_block(block_size, dtype) for layer in self.decoder_layers())
-
-    def allocate_kv_cache(
-        self, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device | str
-    ) -> None:
-        for layer in self.decoder_layers():
-            layer.self_attn.allocate(num_blocks, block_size, dtype, device)
-
-    def load_weights(self, source: Mapping[str, torch.Tensor]) -> None:
-        """Load `transformers`-named tensors; multi-token-prediction layers (index >= num_layers) are skipped."""
-        used: set[str] = set()
-        c = self.config
-
-        def one(param: torch.Tensor, name: str) -> None:
-            assign(param, fetch(source, name), name)
-            used.add(name)
-
-        def stack(param: torch.Tensor, names_per_expert: list[list[str]]) -> None:
-            for e, names in enumerate(names_per_expert):
-                assign_cat(param[e], source, names)
-                used.update(names)
-
-        one(self.embed_tokens.weight, "model.embed_tokens.weight")
-        one(self.norm.weight, "model.norm.weight")
-        if self.lm_head is not None:
-            one(self.lm_head.weight, "lm_head.weight")
+    def cache_users(self) -> Iterator[tuple[str, int, CacheUser]]:
         for i, layer in enumerate(self.decoder_layers()):
-            p = f"model.layers.{i}."
-            one(layer.input_layernorm.weight, p + "input_layernorm.weight")
-            one(layer.post_attention_layernorm.weight, p + "post_attention_layernorm.weight")
-            a = layer.self_attn
-            names = ["kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj"]
-            names += ["q_proj"] if c.q_lora_rank is None else ["q_a_proj", "q_a_layernorm", "q_b_proj"]
-            for n in names:
-                mod = getattr(a, n)
-                one(mod.weight, f"{p}self_attn.{n}.weight")
-                if getattr(mod, "bias", None) is not None:
-                    one(mod.bias, f"{p}self_attn.{n}.bias")
-            m = layer.mlp
-            if isinstance(m, GatedMLP):
-                self._load_mlp(m, p + "mlp.", source, used)
-            else:
-                assert isinstance(m, MoE)
-                one(m.gate.weight, p + "mlp.gate.weight")
-                one(m.gate.e_score_correction_bias, p + "mlp.gate.e_score_correction_bias")
-                ex = p + "mlp.experts."
-                stack(m.w_gate_up, [[f"{ex}{e}.gate_proj.weight", f"{ex}{e}.up_proj.weight"] for e in range(m.num_experts)])
-                stack(m.w_down, [[f"{ex}{e}.down_proj.weight"] for e in range(m.num_experts)])
-                self._load_mlp(m.shared, p + "mlp.shared_experts.", source, used)
-        ignored = tuple(f"model.layers.{j}." for j in range(c.num_layers, c.num_layers + 8))
-        check_all_used(source, used | ({"lm_head.weight"} if self.lm_head is None else set()), ignored)
+            yield "latent", i, layer.self_attn
 
-    @staticmethod
-    def _load_mlp(m: GatedMLP, prefix: str, source: Mapping[str, torch.Tensor], used: set[str]) -> None:
-        names = [prefix + "gate_proj.weight", prefix + "up_proj.weight"]
-        assign_cat(m.gate_up.weight, source, names)
-        assign(m.down.weight, fetch(source, prefix + "down_proj.weight"), prefix + "down_proj.weight")
-        used.update([*names, prefix + "down_proj.weight"])
+    def ignored_weight_prefixes(self) -> tuple[str, ...]:
+        """Multi-token-prediction layers (index >= num_layers) are not loaded."""
+        n = self.config.num_layers
+        return tuple(f"model.layers.{j}." for j in range(n, n + 8))
+
+    def load_layer(self, w: WeightLoader, index: int, layer: nn.Module, prefix: str) -> None:
+        assert isinstance(layer, DeepseekV3DecoderLayer)
+        p = prefix
+        w.one(layer.input_layernorm.weight, p + "input_layernorm.weight")
+        w.one(layer.post_attention_layernorm.weight, p + "post_attention_layernorm.weight")
+        a = layer.self_attn
+        names = ["kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj"]
+        names += ["q_proj"] if self.config.q_lora_rank is None else ["q_a_proj", "q_a_layernorm", "q_b_proj"]
+        for n in names:
+            mod = getattr(a, n)
+            w.one(mod.weight, f"{p}self_attn.{n}.weight")
+            if getattr(mod, "bias", None) is not None:
+                w.one(mod.bias, f"{p}self_attn.{n}.bias")
+        m = layer.mlp
+        if isinstance(m, GatedMLP):
+            _load_mlp(w, m, p + "mlp.")
+            return
+        assert isinstance(m, MoE)
+        w.one(m.gate.weight, p + "mlp.gate.weight")
+        w.one(m.gate.e_score_correction_bias, p + "mlp.gate.e_score_correction_bias")
+        ex = p + "mlp.experts."
+        for e in range(m.num_experts):
+            w.cat(m.w_gate_up[e], [f"{ex}{e}.gate_proj.weight", f"{ex}{e}.up_proj.weight"])
+            w.cat(m.w_down[e], [f"{ex}{e}.down_proj.weight"])
+        _load_mlp(w, m.shared, p + "mlp.shared_experts.")
+
+
+def _load_mlp(w: WeightLoader, m: GatedMLP, prefix: str) -> None:
+    w.cat(m.gate_up.weight, [prefix + "gate_proj.weight", prefix + "up_proj.weight"])
+    w.one(m.down.weight, prefix + "down_proj.weight")

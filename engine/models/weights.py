@@ -56,3 +56,24 @@ def cast_floating(module: nn.Module, dtype: torch.dtype, keep_fp32: tuple[str, .
     for name, b in module.named_buffers():
         if b.is_floating_point() and not any(k in name for k in keep_fp32) and "inv_freq" not in name:
             b.data = b.data.to(dtype)
+
+
+class WeightLoader:
+    """Copies named checkpoint tensors into parameters and remembers which were used, so that
+    `finish` can refuse a checkpoint holding weights the model would drop."""
+
+    def __init__(self, source: Mapping[str, torch.Tensor]) -> None:
+        self.source = source
+        self.used: set[str] = set()
+
+    def one(self, param: torch.Tensor, name: str) -> None:
+        assign(param, fetch(self.source, name), name)
+        self.used.add(name)
+
+    def cat(self, param: torch.Tensor, names: list[str]) -> None:
+        """A fused parameter from the named tensors stacked along dim 0."""
+        assign_cat(param, self.source, names)
+        self.used.update(names)
+
+    def finish(self, may_skip: set[str] | None = None, ignore_prefixes: tuple[str, ...] = ()) -> None:
+        check_all_used(self.source, self.used | (may_skip or set()), ignore_prefixes)
