@@ -4,10 +4,14 @@
     python bench/engine.py --only batch1,prefix  # a subset
     python bench/engine.py --mixed-requests 64 --mixed-batch 32 --prompt-max 2000 --out-max 512  # the full issue workload
 
-Figures (medians over --repeats runs):
-  batch1   output tokens/s of Recipe vs `transformers.generate` (same weights, dtype, threads), one request;
-           and Recipe's batch-1 decode steps/s as a fraction of the memory-bandwidth roofline
-           (measured copy bandwidth / bytes of weights read per step)
+Figures (medians over --repeats runs; every timed run gets a fresh random prompt, warm-up excluded):
+  batch1   batch-1 decode tok/s of Recipe per weight format vs llama.cpp on the same GGUF (llama-cpp-python,
+           installed by this script) and vs `transformers.generate`; Recipe runs with prefix caching off, so it
+           pays the same prefill as the others. Roofline: read bandwidth (a reduction over 1 GiB) / bytes of
+           weights read per step, and the fraction of it reached
+  scaling  aggregate decode tok/s at 1, 8, 32, 64 concurrent sequences and the ratio to batch 1
+  prefill  tok/s of a fresh 2K-token prompt (TTFT) vs llama.cpp and `transformers`
+  quality  per weight format: greedy agreement with fp32 over 64 tokens on chat prompts, perplexity on a fixed text
   mixed    useful output tokens/s on a seeded workload of varied prompt/output lengths: `transformers` in static
            left-padded batches vs Recipe's continuous batching
   prefix   TTFT of a long prompt whose prefix is cached vs the same prompt uncached
@@ -26,8 +30,13 @@ from typing import Any
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF dequantizer's progress bar
 
+import sysconfig
+from pathlib import Path
+
 import torch
+from engine_baselines import LLAMA_CPP_VERSION, LlamaCpp, read_bandwidth
 from recipe.engine import LLM, SamplingParams
+from recipe.engine.context import AttentionContext, reset_context, set_context
 from recipe.engine.device import parse_dtype
 from recipe.engine.models.registry import load_model, smollm2_path
 
@@ -76,43 +85,194 @@ def hf_generate(model: Any, batch: list[list[int]], new_tokens: int) -> None:
                        do_sample=False, pad_token_id=0)
 
 
-def copy_bandwidth(threads: int) -> float:
-    """Bytes copied per second by torch (1 GiB fp32 tensor), median of 5."""
-    src = torch.ones(1 << 28)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    t = median_time(lambda: dst.copy_(src), 5)
-    return src.numel() * 4 / t
-
-
-def weight_bytes(model: torch.nn.Module) -> int:
+def step_bytes(model: Any) -> int:
+    """Bytes of weights one decode step reads: every decoder layer's tensors, the final norm and the LM head
+    (the embedding table only when it is the tied head; a lookup reads one row)."""
     seen: set[int] = set()
     total = 0
-    for p in model.parameters():
-        if p.data_ptr() not in seen:
-            seen.add(p.data_ptr())
-            total += p.numel() * p.element_size()
+
+    def add(tensors: Any) -> None:
+        nonlocal total
+        for t in tensors:
+            if t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total += t.numel() * t.element_size()
+
+    add(model.layers.parameters())
+    add(model.layers.buffers())
+    add(model.norm.parameters())
+    if getattr(model, "logits_head", None) is not None:
+        add(model.logits_head.buffers())
+    else:
+        add([model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight])
     return total
 
 
-def bench_batch1(args: argparse.Namespace, hf: Any, llm: LLM) -> None:
+def recipe_llm(args: argparse.Namespace, weight_format: str, **config: Any) -> LLM:
+    """A fresh engine on freshly loaded weights (quantising changes the model in place)."""
+    model, info = load_model("smollm2", dtype=parse_dtype(args.dtype), device="cpu")
+    config = {"num_kv_blocks": args.kv_blocks, **config}
+    return LLM((model, info), dtype=args.dtype, num_threads=args.threads, weight_format=weight_format, **config)
+
+
+def recipe_decode(llm: LLM, prompt: list[int], new_tokens: int) -> tuple[float, float]:
+    """(TTFT, seconds per later token) of one greedy request."""
+    out = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True))[0]
+    times = out.timing.token_times
+    assert out.timing.ttft is not None
+    return out.timing.ttft, (times[-1] - times[0]) / max(1, len(times) - 1)
+
+
+def hf_decode(model: Any, prompt: list[int], new_tokens: int) -> tuple[float, float]:
+    """(time of a 1-token generate, seconds per later token from an N-token generate on the same prompt)."""
+    t = time.perf_counter()
+    hf_generate(model, [prompt], 1)
+    one = time.perf_counter() - t
+    t = time.perf_counter()
+    hf_generate(model, [prompt], new_tokens)
+    return one, (time.perf_counter() - t - one) / max(1, new_tokens - 1)
+
+
+def bench_batch1(args: argparse.Namespace, hf: Any, cpp: Any) -> None:
+    """Batch-1 decode, every side on a fresh random prompt per timed run (no prefix cache hit for anyone:
+    Recipe runs with prefix caching off), warm-up on another prompt."""
     g = torch.Generator().manual_seed(1)
-    prompt = random_prompt(g, args.batch1_prompt, llm.engine.vocab_size)
-    params = SamplingParams(temperature=0.0, max_tokens=args.batch1_new, ignore_eos=True)
-    hf_generate(hf, [prompt], 4)  # warm-up
-    llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=4))
-    t_hf = median_time(lambda: hf_generate(hf, [prompt], args.batch1_new), args.repeats)
-    outs: list[Any] = []
-    t_re = median_time(lambda: outs.append(llm.generate(prompt, params)[0]), args.repeats)
-    itl = statistics.median(x for o in outs for x in o.timing.inter_token_latencies)
-    print(f"batch1: prompt {len(prompt)}, {args.batch1_new} new tokens")
-    print(f"  transformers.generate {args.batch1_new / t_hf:8.1f} tok/s")
-    print(f"  recipe                {args.batch1_new / t_re:8.1f} tok/s   ratio {t_hf / t_re:.2f}x (goal >= 1.0x)")
-    bw = copy_bandwidth(args.threads)
-    per_step = weight_bytes(llm.engine.model)
-    roof = bw / per_step
-    print(f"  roofline: {per_step / 1e6:.0f} MB of weights per step, copy bandwidth {bw / 1e9:.1f} GB/s "
-          f"-> {roof:.0f} steps/s; recipe decode {1 / itl:.1f} steps/s = {itl and (1 / itl) / roof:.0%} of roofline")
+    vocab = 49152
+    prompts = [random_prompt(g, args.batch1_prompt, vocab) for _ in range(args.repeats + 1)]
+    rows: list[tuple[str, float, float, int | None]] = []
+
+    def run(name: str, fn: Callable[[list[int]], tuple[float, float]], bytes_per_step: int | None) -> None:
+        fn(prompts[0])  # warm-up
+        per_token = statistics.median(fn(p)[1] for p in prompts[1:])
+        rows.append((name, 1 / per_token, per_token, bytes_per_step))
+
+    if cpp is not None:
+        run("llama.cpp (Q4_1 GGUF)", lambda p: cpp.decode(p, args.batch1_new), None)
+    if hf is not None:
+        run(f"transformers {args.dtype}", lambda p: hf_decode(hf, p, args.batch1_new), None)
+    for fmt in args.formats.split(","):
+        llm = recipe_llm(args, fmt, enable_prefix_caching=False)
+        run(f"recipe {fmt if fmt != 'dtype' else args.dtype}", lambda p, llm=llm: recipe_decode(llm, p, args.batch1_new),
+            step_bytes(llm.engine.model))
+        llm.shutdown()
+    bw = read_bandwidth()
+    anchor = {name: tps for name, tps, _, _ in rows}
+    print(f"batch1: decode tok/s, prompt {args.batch1_prompt}, {args.batch1_new} new tokens, fresh prompt per run; "
+          f"read bandwidth {bw / 1e9:.1f} GB/s (reduction over 1 GiB)")
+    for name, tps, _per_token, nbytes in rows:
+        line = f"  {name:28s} {tps:8.1f} tok/s"
+        for ref in ("llama.cpp (Q4_1 GGUF)", f"transformers {args.dtype}"):
+            if ref in anchor and name.startswith("recipe"):
+                line += f"   {tps / anchor[ref]:.2f}x {ref.split()[0]}"
+        if nbytes:
+            roof = bw / nbytes
+            line += f"   {nbytes / 1e6:.0f} MB/step, roofline {roof:.0f} steps/s, {tps / roof:.0%} of it"
+        print(line)
+    if cpp is not None and cpp.install_seconds is not None:
+        print(f"  (llama-cpp-python {LLAMA_CPP_VERSION} built and installed in {cpp.install_seconds:.0f} s)")
+
+
+def bench_scaling(args: argparse.Namespace) -> None:
+    """Aggregate decode tok/s with 1, 8, 32, 64 concurrent sequences (short fresh prompts, equal lengths)."""
+    g = torch.Generator().manual_seed(5)
+    fmt = args.formats.split(",")[-1] if args.scaling_format is None else args.scaling_format
+    llm = recipe_llm(args, fmt, enable_prefix_caching=False, max_num_seqs=max(args.scaling))
+    llm.generate(random_prompt(g, 16, 49152), SamplingParams(temperature=0.0, max_tokens=4))
+    results = []
+    for n in args.scaling:
+        prompts = [random_prompt(g, args.scaling_prompt, 49152) for _ in range(n)]
+        outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=args.scaling_new, ignore_eos=True))
+        first = max(o.timing.token_times[0] for o in outs)  # every sequence is decoding from here on
+        last = max(o.timing.token_times[-1] for o in outs)
+        tokens = sum(sum(1 for t in o.timing.token_times if t > first) for o in outs)
+        results.append((n, tokens / (last - first)))
+    llm.shutdown()
+    base = results[0][1]
+    print(f"scaling: recipe {fmt}, aggregate decode tok/s, prompt {args.scaling_prompt}, {args.scaling_new} new tokens")
+    for n, tps in results:
+        print(f"  {n:3d} sequences {tps:8.1f} tok/s   {tps / base:.2f}x batch 1" + ("  (goal >= 6x)" if n == 32 else ""))
+
+
+def bench_prefill(args: argparse.Namespace, hf: Any, cpp: Any) -> None:
+    """Prefill tok/s of a fresh prompt of --prefill-len tokens (time to first token)."""
+    g = torch.Generator().manual_seed(6)
+    prompts = [random_prompt(g, args.prefill_len, 49152) for _ in range(args.repeats + 1)]
+    rows = []
+
+    def run(name: str, fn: Callable[[list[int]], float]) -> None:
+        fn(prompts[0])
+        rows.append((name, args.prefill_len / statistics.median(fn(p) for p in prompts[1:])))
+
+    if cpp is not None:
+        run("llama.cpp (Q4_1 GGUF)", cpp.prefill)
+    if hf is not None:
+        run(f"transformers {args.dtype}", lambda p: hf_decode(hf, p, 1)[0])
+    for fmt in args.formats.split(","):
+        llm = recipe_llm(args, fmt, enable_prefix_caching=False, max_num_batched_tokens=args.prefill_len)
+        run(f"recipe {fmt if fmt != 'dtype' else args.dtype}", lambda p, llm=llm: recipe_decode(llm, p, 1)[0])
+        llm.shutdown()
+    print(f"prefill: {args.prefill_len}-token fresh prompt, tok/s (time to first token)")
+    anchor = dict(rows)
+    for name, tps in rows:
+        ratios = "".join(f"   {tps / anchor[r]:.2f}x {r.split()[0]}" for r in anchor if not r.startswith("recipe")
+                         and name.startswith("recipe"))
+        print(f"  {name:28s} {tps:8.1f} tok/s{ratios}")
+
+
+QUALITY_QUESTIONS = [
+    "What is the capital of France?", "Write a haiku about the sea.", "Explain photosynthesis in two sentences.",
+    "List three prime numbers greater than 50.", "How do I reverse a list in Python?",
+    "What causes the seasons on Earth?", "Give me a short recipe for pancakes.", "Translate 'good morning' to Spanish.",
+]
+
+
+def perplexity(model: Any, ids: list[int]) -> float:
+    """exp(mean next-token NLL) of `ids` in one prefill on the model's own paged attention."""
+    n, bs = len(ids), 16
+    blocks = (n + bs - 1) // bs
+    model.allocate_kv_cache(blocks, bs, model.embed_tokens.weight.dtype, "cpu")
+    set_context(AttentionContext(
+        query_lens=[n], context_lens_list=[n], cu_seqlens_q=torch.tensor([0, n]), context_lens=torch.tensor([n]),
+        slot_mapping=torch.arange(n), block_tables=torch.arange(blocks)[None], block_size=bs))
+    try:
+        with torch.inference_mode():
+            t = torch.tensor(ids)
+            logits = model.compute_logits(model(t, torch.arange(n)))
+    finally:
+        reset_context()
+    return float(torch.nn.functional.cross_entropy(logits[:-1], t[1:]).exp())
+
+
+def bench_quality(args: argparse.Namespace) -> None:
+    """Per weight format: greedy agreement with fp32 over --quality-new tokens on a prompt set, and perplexity
+    on a fixed text (the first --ppl-tokens tokens of CPython's LICENSE)."""
+    from tokenizers import Tokenizer
+
+    formats = ["float32", *(f for f in args.formats.split(",") if f != "dtype"), *(["bfloat16"] if args.dtype != "bfloat16" else [])]
+    _, info = load_model("smollm2", dtype=torch.float32)
+    tok = Tokenizer.from_str(info.tokenizer_json)
+    prompts = [tok.encode(f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n").ids for q in QUALITY_QUESTIONS]
+    text = (Path(sysconfig.get_paths()["stdlib"]) / "LICENSE.txt").read_text(encoding="utf-8")
+    ids = tok.encode(text).ids[: args.ppl_tokens]
+    params = SamplingParams(temperature=0.0, max_tokens=args.quality_new, ignore_eos=True)
+    reference: list[tuple[int, ...]] = []
+    print(f"quality: greedy agreement with float32 over {args.quality_new} tokens on {len(prompts)} chat prompts; "
+          f"perplexity on {len(ids)} tokens of CPython's LICENSE.txt")
+    for name in formats:
+        dtype, fmt = (name, "dtype") if name in ("float32", "bfloat16") else (args.dtype, name)
+        model, info = load_model("smollm2", dtype=parse_dtype(dtype))
+        llm = LLM((model, info), dtype=dtype, num_threads=args.threads, num_kv_blocks=256, weight_format=fmt)
+        outs = [o.new_token_ids for o in llm.generate(prompts, params)]
+        llm.shutdown()
+        if not reference:
+            reference = outs
+        same = sum(a == b for o, r in zip(outs, reference, strict=True) for a, b in zip(o, r, strict=True))
+        prefix = [next((i for i, (a, b) in enumerate(zip(o, r, strict=True)) if a != b), len(r))
+                  for o, r in zip(outs, reference, strict=True)]
+        ppl = perplexity(llm.engine.model, ids)
+        label = name if fmt == "dtype" else f"{name} ({dtype} activations)"
+        print(f"  {label:30s} tokens equal {same / (len(prompts) * args.quality_new):6.1%}, "
+              f"mean agreeing prefix {statistics.mean(prefix):5.1f}/{args.quality_new}, perplexity {ppl:7.3f}")
 
 
 def mixed_workload(args: argparse.Namespace, vocab: int) -> list[tuple[list[int], int]]:
@@ -189,13 +349,23 @@ def bench_async(args: argparse.Namespace, model: Any, info: Any) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", default="batch1,mixed,prefix,async")
+    p.add_argument("--only", default="batch1,scaling,prefill,quality,mixed,prefix,async")
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--formats", default="dtype,int8,int4", help="Recipe weight formats to measure (EngineConfig.weight_format)")
+    p.add_argument("--llama-cpp", action=argparse.BooleanOptionalAction, default=True,
+                   help="compare with llama.cpp (installs llama-cpp-python into this environment if missing)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--kv-blocks", type=int, default=2048, help="KV pool blocks of 16 tokens")
     p.add_argument("--batch1-prompt", type=int, default=128)
     p.add_argument("--batch1-new", type=int, default=128)
+    p.add_argument("--scaling", type=lambda v: [int(x) for x in v.split(",")], default=[1, 8, 32, 64])
+    p.add_argument("--scaling-format", default=None, help="weight format for the scaling figure (default: last of --formats)")
+    p.add_argument("--scaling-prompt", type=int, default=32)
+    p.add_argument("--scaling-new", type=int, default=48)
+    p.add_argument("--prefill-len", type=int, default=2048)
+    p.add_argument("--quality-new", type=int, default=64)
+    p.add_argument("--ppl-tokens", type=int, default=1024)
     p.add_argument("--mixed-requests", type=int, default=16)
     p.add_argument("--mixed-batch", type=int, default=8)
     p.add_argument("--prompt-min", type=int, default=50)
@@ -213,18 +383,26 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     dtype = parse_dtype(args.dtype)
     print(f"SmolLM2-135M-Instruct, {args.dtype}, {args.threads} threads, torch {torch.__version__}")
-    model, info = load_model("smollm2", dtype=dtype, device="cpu")
-    hf = transformers_model(dtype) if only & {"batch1", "mixed"} else None
-    llm = LLM((model, info), dtype=args.dtype, num_threads=args.threads, num_kv_blocks=args.kv_blocks)
+    hf = transformers_model(dtype) if only & {"batch1", "mixed", "prefill"} else None
+    cpp = LlamaCpp(str(smollm2_path()), args.threads) if args.llama_cpp and only & {"batch1", "prefill"} else None
     if "batch1" in only:
-        bench_batch1(args, hf, llm)
-    if "mixed" in only:
-        bench_mixed(args, hf, llm)
-    if "prefix" in only:
-        bench_prefix(args, llm)
-    llm.shutdown()
-    if "async" in only:
-        bench_async(args, model, info)
+        bench_batch1(args, hf, cpp)
+    if "scaling" in only:
+        bench_scaling(args)
+    if "prefill" in only:
+        bench_prefill(args, hf, cpp)
+    if "quality" in only:
+        bench_quality(args)
+    if only & {"mixed", "prefix", "async"}:
+        model, info = load_model("smollm2", dtype=dtype, device="cpu")
+        llm = LLM((model, info), dtype=args.dtype, num_threads=args.threads, num_kv_blocks=args.kv_blocks)
+        if "mixed" in only:
+            bench_mixed(args, hf, llm)
+        if "prefix" in only:
+            bench_prefix(args, llm)
+        llm.shutdown()
+        if "async" in only:
+            bench_async(args, model, info)
     return 0
 
 

@@ -40,6 +40,10 @@ class EngineConfig:
     kv_dir: str | None = None  # L3 directory tier; None = off
     kv_disk_bytes: int | None = None  # L3 byte budget (LRU); None = unbounded
     kv_retention: Any = None  # retention classes: Mapping[str, str | float] or Iterable["CLASS=DURATION"]
+    # Speed paths, each with its reference as the off switch (tests prove them equal):
+    attention_backend: str = "batched"  # "reference": one attention call per sequence
+    weight_format: str = "dtype"  # "dtype": weights in `dtype`; "int8" / "int4": weight-only quantised linears
+    moe_backend: str = "grouped"  # "loop": one matmul pair per expert
 
     def __post_init__(self) -> None:
         checks = [
@@ -58,6 +62,11 @@ class EngineConfig:
             (self.kv_disk_bytes is None or self.kv_dir is not None, "kv_disk_bytes needs kv_dir"),
             (not self.kv_tiers_enabled or self.enable_prefix_caching,
              "the lower KV tiers (kv_host_bytes, kv_dir) need enable_prefix_caching"),
+            (self.attention_backend in ("batched", "reference"),
+             f"attention_backend must be 'batched' or 'reference', got {self.attention_backend!r}"),
+            (self.weight_format in ("dtype", "int8", "int4"),
+             f"weight_format must be 'dtype', 'int8' or 'int4', got {self.weight_format!r}"),
+            (self.moe_backend in ("grouped", "loop"), f"moe_backend must be 'grouped' or 'loop', got {self.moe_backend!r}"),
         ]
         for ok, message in checks:
             if not ok:

@@ -25,6 +25,7 @@ class AttentionContext:
     block_tables: torch.Tensor  # int64 [B, max_blocks]
     block_size: int
     kind_tables: dict[str, torch.Tensor] | None = None  # models with several cache kinds: kind -> [B, max_blocks]
+    attention_backend: str = "batched"  # "reference": one attention call per sequence (EngineConfig)
 
     @property
     def is_decode_only(self) -> bool:

@@ -71,7 +71,8 @@ class LLMEngine:
                                    max_num_batched_tokens=cfg.max_num_batched_tokens,
                                    max_model_len=self.max_model_len)
         self.runner = ModelRunner(self.model, block_size=cfg.block_size, num_blocks=num_blocks,
-                                  dtype=self.dtype, device=self.device)
+                                  dtype=self.dtype, device=self.device, attention_backend=cfg.attention_backend,
+                                  weight_format=cfg.weight_format, moe_backend=cfg.moe_backend)
         self.kv_tiers: Any = None
         if cfg.kv_tiers_enabled:
             from recipe.engine.kv_tiers import KVTiers

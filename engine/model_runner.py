@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from recipe.engine import device as devices
 from recipe.engine.context import AttentionContext, reset_context, set_context
+from recipe.engine.kv_cache import KVCache
+from recipe.engine.layers.moe import MoE
 from recipe.engine.sampler import Sampler, SamplerOutput, SamplingRow
 from recipe.engine.scheduler import PLACEHOLDER, SchedulerOutput
 
@@ -69,13 +71,26 @@ def kv_cache_blocks(model: Any, *, block_size: int, dtype: torch.dtype, device: 
 
 class ModelRunner:
     def __init__(self, model: Any, *, block_size: int, num_blocks: int, dtype: torch.dtype,
-                 device: torch.device) -> None:
+                 device: torch.device, attention_backend: str = "batched", weight_format: str = "dtype",
+                 moe_backend: str = "grouped") -> None:
+        """The speed options are `EngineConfig`'s (each with its reference path as the off switch)."""
         self.model = model
+        self.attention_backend = attention_backend
+        if weight_format != "dtype":
+            model.quantize_weights(weight_format)
+        for module in model.modules():
+            if isinstance(module, MoE):
+                module.backend = moe_backend
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.device = device
         self.dtype = dtype
-        model.allocate_kv_cache(num_blocks, block_size, dtype, device)
+        self.kv_cache: KVCache | None = None  # the one owner of the KV tensors (see engine/kv_cache.py)
+        if hasattr(model, "cache_specs"):
+            self.kv_cache = KVCache(model.cache_specs(), num_blocks, block_size, dtype, device)
+            model.bind_kv_cache(self.kv_cache)
+        else:  # a model that keeps its own cache (the engine tests' tiny model)
+            model.allocate_kv_cache(num_blocks, block_size, dtype, device)
         self.sampler = Sampler(device)
         self._prev: dict[int, int] = {}  # seq_id -> token sampled by the previous executed step
 
@@ -150,7 +165,7 @@ class ModelRunner:
             context_lens=torch.tensor(step.context_lens, dtype=torch.int64, device=dev),
             slot_mapping=torch.from_numpy(step.slot_mapping).to(dev),
             block_tables=torch.from_numpy(step.block_tables).to(dev),
-            block_size=self.block_size,
+            block_size=self.block_size, attention_backend=self.attention_backend,
         ))
         try:
             hidden = self.model.forward(torch.from_numpy(input_ids).to(dev), torch.from_numpy(step.positions).to(dev))

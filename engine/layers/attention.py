@@ -1,15 +1,16 @@
 """Paged attention over a block cache, one code path for prefill, prefill chunks and decode.
 
-A layer's cache is [num_blocks, block_size, kv_heads, dim]; a token's slot is block_id * block_size +
-offset. Each step first writes the new tokens' K/V to their slots, then every sequence attends to its whole
-context read back through its block table, so a prefix-cache hit and a fresh prefill compute on identical
-values. `paged_attend` is shared with MLA, whose single latent cache serves as both key and value.
+A layer's K (and V) cache is [num_blocks, block_size, kv_heads, dim], a view of the tensor that
+`engine/kv_cache.py` owns; a token's slot is block_id * block_size + offset. Each step first writes the new
+tokens' K/V to their slots, then every sequence attends to its whole context read back through its block
+table, so a prefix-cache hit and a fresh prefill compute on identical values. `paged_attend` is shared with MLA, whose single latent cache serves as both key and value.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from recipe.engine.kv_cache import CacheSpec
 from recipe.engine.layers.attention_plan import AttentionPlan
 from torch import nn
 
@@ -28,6 +29,8 @@ def paged_attend(
     v_cache: torch.Tensor | None,
     scale: float,
     value_dim: int,
+    k_new: torch.Tensor | None = None,
+    v_new: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention of the step's queries q [N, H, Dk] over the paged cache -> [N, H, value_dim].
 
@@ -37,7 +40,13 @@ def paged_attend(
     repeated K/V). Measured on this CPU (32 rows, contexts 50-2000), one padded, masked call over the batch
     was several times slower than this loop: padding and large temporaries cost more than the loop, and
     every extra op is a parallel region that a busy machine makes expensive.
+
+    That loop is the reference backend. With `plan.backend == "batched"`, see `_attend_batched`; `k_new` /
+    `v_new` ([N, Hkv, D], this step's keys/values as written to the cache) let it skip the cache read for
+    prefill spans with nothing cached.
     """
+    if plan.backend == "batched":
+        return _attend_batched(q, plan, k_cache, v_cache, scale, value_dim, k_new, v_new)
     n, heads, dk = q.shape
     kv_heads = k_cache.shape[2]
     group = heads // kv_heads
@@ -60,6 +69,48 @@ def paged_attend(
     return out
 
 
+def _attend_batched(
+    q: torch.Tensor, plan: AttentionPlan, k_cache: torch.Tensor, v_cache: torch.Tensor | None, scale: float,
+    value_dim: int, k_new: torch.Tensor | None, v_new: torch.Tensor | None,
+) -> torch.Tensor:
+    """All decode rows in one SDPA call over the slots the plan gathered once per step (padded, masked);
+    a prefill span with nothing cached attends to its own new K/V without reading the cache back; a span
+    with a cached prefix reads its blocks as the reference does."""
+    n, heads, dk = q.shape
+    kv_heads = k_cache.shape[2]
+    group = heads // kv_heads
+    dtype = q.dtype
+    out = q.new_empty(n, heads, value_dim)
+    d = plan.decode_batch
+    if d is not None:
+        b, width = d.slots.shape
+        flat = d.slots.reshape(-1)
+        k = k_cache.view(-1, kv_heads, dk).index_select(0, flat).view(b, width, kv_heads, dk).to(dtype).transpose(1, 2)
+        if v_cache is None:
+            v = k[..., :value_dim]
+        else:
+            v = v_cache.view(-1, kv_heads, value_dim).index_select(0, flat).view(b, width, kv_heads, value_dim)
+            v = v.to(dtype).transpose(1, 2)
+        qd = q.index_select(0, d.rows).view(b, kv_heads, group, dk)
+        o = F.scaled_dot_product_attention(qd, k, v, attn_mask=d.mask, scale=scale)
+        out.index_copy_(0, d.rows, o.reshape(b, heads, value_dim))
+    fresh = k_new is not None and k_new.dtype == k_cache.dtype == dtype
+    for p in plan.prefills:
+        if fresh and p.mask is None:
+            assert k_new is not None
+            k = k_new[p.start : p.end].transpose(0, 1)
+            v = k[..., :value_dim] if v_new is None else v_new[p.start : p.end].transpose(0, 1)
+        else:
+            k = _gather(k_cache, p.blocks, p.context_len, dtype).transpose(0, 1)
+            v = k[..., :value_dim] if v_cache is None else _gather(v_cache, p.blocks, p.context_len, dtype).transpose(0, 1)
+        o = F.scaled_dot_product_attention(
+            q[p.start : p.end].transpose(0, 1)[None], k[None], v[None], attn_mask=p.mask,
+            is_causal=p.mask is None, scale=scale, enable_gqa=group > 1,
+        )
+        out[p.start : p.end] = o[0].transpose(0, 1)
+    return out
+
+
 class PagedAttention(nn.Module):
     """Causal multi-head (grouped-query) attention with a paged K and V cache."""
 
@@ -72,19 +123,19 @@ class PagedAttention(nn.Module):
         self.v_cache: torch.Tensor | None = None
         self._k_slots = self._v_slots = torch.empty(0)  # [num_blocks * block_size, kv_heads, dim] views
 
-    def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
-        return 2 * block_size * self.num_kv_heads * self.head_dim * torch.empty((), dtype=dtype).element_size()
+    def cache_spec(self, kind: str, num_layers: int) -> CacheSpec:
+        return CacheSpec(kind, num_layers, planes=2, token_shape=(self.num_kv_heads, self.head_dim))
 
-    def allocate(self, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device | str) -> None:
-        shape = (num_blocks, block_size, self.num_kv_heads, self.head_dim)
-        self.k_cache = torch.zeros(shape, dtype=dtype, device=device)
-        self.v_cache = torch.zeros(shape, dtype=dtype, device=device)
+    def bind_cache(self, view: torch.Tensor) -> None:
+        """Take this layer's view of the KV cache, [2, num_blocks, block_size, kv_heads, dim] (K then V)."""
+        assert view.shape[0] == 2 and tuple(view.shape[3:]) == (self.num_kv_heads, self.head_dim), view.shape
+        self.k_cache, self.v_cache = view[0], view[1]
         self._k_slots = self.k_cache.view(-1, self.num_kv_heads, self.head_dim)
         self._v_slots = self.v_cache.view(-1, self.num_kv_heads, self.head_dim)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan) -> torch.Tensor:
         """q [N, H, D], k/v [N, Hkv, D] for the step's new tokens -> attention output [N, H, D]."""
-        assert self.k_cache is not None and self.v_cache is not None, "allocate_kv_cache was not called"
+        assert self.k_cache is not None and self.v_cache is not None, "no KV cache bound (bind_kv_cache)"
         self._k_slots.index_copy_(0, plan.slot_mapping, k.to(self.k_cache.dtype))
         self._v_slots.index_copy_(0, plan.slot_mapping, v.to(self.v_cache.dtype))
-        return paged_attend(q, plan, self.k_cache, self.v_cache, self.scale, self.head_dim)
+        return paged_attend(q, plan, self.k_cache, self.v_cache, self.scale, self.head_dim, k, v)

@@ -35,12 +35,24 @@ class PrefillSpan:
 
 
 @dataclass(frozen=True)
+class DecodeBatch:
+    """Every decode row of the step at once, for one batched attention call per layer: row `i` is flat
+    row `rows[i]` and reads cache slots `slots[i, :context_lens[i]]` (padding reads slot 0, masked off)."""
+
+    rows: torch.Tensor  # int64 [B]
+    slots: torch.Tensor  # int64 [B, max_context]
+    mask: torch.Tensor | None  # bool [B, 1, 1, max_context], True = may attend; None when all lengths agree
+
+
+@dataclass(frozen=True)
 class AttentionPlan:
     slot_mapping: torch.Tensor
     block_size: int
     num_tokens: int
     decodes: tuple[DecodeRow, ...]
     prefills: tuple[PrefillSpan, ...]
+    backend: str = "reference"  # "batched": one call per layer for the decode rows (`decode_batch`)
+    decode_batch: DecodeBatch | None = None
 
 
 def build_attention_plan(ctx: AttentionContext) -> AttentionPlan:
@@ -48,13 +60,14 @@ def build_attention_plan(ctx: AttentionContext) -> AttentionPlan:
     assert len(ctx.query_lens) == len(ctx.context_lens_list), "query_lens and context_lens disagree"
     device = ctx.slot_mapping.device
     bs = ctx.block_size
-    decodes, prefills = [], []
+    decodes, prefills, decode_seqs = [], [], []
     start = 0
     for i, (q, c) in enumerate(zip(ctx.query_lens, ctx.context_lens_list, strict=True)):
         assert 1 <= q <= c, f"sequence {i}: {q} new tokens with a context of {c}"
         blocks = ctx.block_tables[i, : (c + bs - 1) // bs]
         if q == 1:
             decodes.append(DecodeRow(start, c, blocks))
+            decode_seqs.append(i)
         else:
             mask = None
             if c > q:
@@ -63,4 +76,21 @@ def build_attention_plan(ctx: AttentionContext) -> AttentionPlan:
             prefills.append(PrefillSpan(start, start + q, c, blocks, mask))
         start += q
     assert start == ctx.slot_mapping.shape[0], "slot_mapping must hold one slot per new token"
-    return AttentionPlan(ctx.slot_mapping, bs, start, tuple(decodes), tuple(prefills))
+    backend = ctx.attention_backend
+    batch = _decode_batch(ctx, decodes, decode_seqs) if backend == "batched" and decodes else None
+    return AttentionPlan(ctx.slot_mapping, bs, start, tuple(decodes), tuple(prefills), backend, batch)
+
+
+def _decode_batch(ctx: AttentionContext, decodes: list[DecodeRow], seqs: list[int]) -> DecodeBatch:
+    """The slots each decode row reads, padded to the longest context: built once per step, shared by layers."""
+    device, bs = ctx.slot_mapping.device, ctx.block_size
+    lens = torch.tensor([d.context_len for d in decodes], device=device)
+    longest = max(d.context_len for d in decodes)
+    idx = torch.tensor(seqs, dtype=torch.int64, device=device)
+    tables = ctx.block_tables.index_select(0, idx)[:, : (longest + bs - 1) // bs].clamp_min(0)
+    pos = torch.arange(longest, device=device)
+    valid = pos[None, :] < lens[:, None]
+    slots = torch.where(valid, tables[:, pos // bs] * bs + pos % bs, 0)
+    uniform = all(d.context_len == longest for d in decodes)
+    rows = torch.tensor([d.row for d in decodes], dtype=torch.int64, device=device)
+    return DecodeBatch(rows, slots, None if uniform else valid[:, None, None, :])

@@ -10,6 +10,7 @@ projection is applied to the attended latent afterwards. This equals expanding K
 from __future__ import annotations
 
 import torch
+from recipe.engine.kv_cache import CacheSpec
 from recipe.engine.layers.attention import paged_attend
 from recipe.engine.layers.attention_plan import AttentionPlan
 from recipe.engine.layers.rmsnorm import RMSNorm
@@ -45,17 +46,19 @@ class MultiHeadLatentAttention(nn.Module):
     def cache_row_size(self) -> int:
         return self.kv_lora_rank + self.rope
 
-    def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
-        return block_size * self.cache_row_size * torch.empty((), dtype=dtype).element_size()
+    def cache_spec(self, kind: str, num_layers: int) -> CacheSpec:
+        return CacheSpec(kind, num_layers, planes=1, token_shape=(1, self.cache_row_size))
 
-    def allocate(self, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device | str) -> None:
-        self.cache = torch.zeros((num_blocks, block_size, 1, self.cache_row_size), dtype=dtype, device=device)
+    def bind_cache(self, view: torch.Tensor) -> None:
+        """Take this layer's view of the latent cache, [1, num_blocks, block_size, 1, kv_lora_rank + rope]."""
+        assert view.shape[0] == 1 and tuple(view.shape[3:]) == (1, self.cache_row_size), view.shape
+        self.cache = view[0]
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary: RotaryEmbedding, plan: AttentionPlan
     ) -> torch.Tensor:
         """x [N, hidden] -> [N, hidden]."""
-        assert self.cache is not None, "allocate_kv_cache was not called"
+        assert self.cache is not None, "no KV cache bound (bind_kv_cache)"
         n = x.shape[0]
         if self.q_lora_rank is None:
             q = self.q_proj(x)
@@ -73,6 +76,6 @@ class MultiHeadLatentAttention(nn.Module):
         w_uk, w_uv = w[:, : self.nope, :], w[:, self.nope :, :]
         q_latent = torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)  # [N, H, lora]
         query = torch.cat((q_latent, q_rope), dim=-1)
-        o_latent = paged_attend(query, plan, self.cache, None, self.scale, self.kv_lora_rank)
+        o_latent = paged_attend(query, plan, self.cache, None, self.scale, self.kv_lora_rank, row, None)
         o = torch.bmm(o_latent.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)  # [N, H, v]
         return self.o_proj(o.reshape(n, self.num_heads * self.v_dim))

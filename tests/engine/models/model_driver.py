@@ -14,8 +14,9 @@ class PagedDriver:
     with `shuffle_seed`, a random scattering of the pool's blocks (as a long-running block manager leaves them)."""
 
     def __init__(self, model: torch.nn.Module, *, num_seqs: int, max_len: int, block_size: int = 4,
-                 cache_dtype: torch.dtype = torch.float32, shuffle_seed: int | None = None) -> None:
-        self.model, self.block_size = model, block_size
+                 cache_dtype: torch.dtype = torch.float32, shuffle_seed: int | None = None,
+                 attention_backend: str = "batched") -> None:
+        self.model, self.block_size, self.attention_backend = model, block_size, attention_backend
         self.max_blocks = (max_len + block_size - 1) // block_size
         total = num_seqs * self.max_blocks
         model.allocate_kv_cache(total, block_size, cache_dtype, "cpu")  # type: ignore[operator]
@@ -47,6 +48,7 @@ class PagedDriver:
             query_lens=qlens, context_lens_list=clens, cu_seqlens_q=cu,
             context_lens=torch.tensor(clens, dtype=torch.int64), slot_mapping=torch.tensor(slots, dtype=torch.int64),
             block_tables=torch.tensor(tables, dtype=torch.int64), block_size=self.block_size,
+            attention_backend=self.attention_backend,
         ))
         try:
             with torch.inference_mode():
