@@ -86,7 +86,7 @@ class ModelRunner:
         self.device = device
         self.dtype = dtype
         self.kv_cache: KVCache | None = None  # the one owner of the KV tensors (see engine/kv_cache.py)
-        if hasattr(model, "cache_specs"):
+        if hasattr(model, "bind_kv_cache"):
             self.kv_cache = KVCache(model.cache_specs(), num_blocks, block_size, dtype, device)
             model.bind_kv_cache(self.kv_cache)
         else:  # a model that keeps its own cache (the engine tests' tiny model)
