@@ -173,24 +173,32 @@ def bench_batch1(args: argparse.Namespace, hf: Any, cpp: Any) -> None:
 
 
 def bench_scaling(args: argparse.Namespace) -> None:
-    """Aggregate decode tok/s with 1, 8, 32, 64 concurrent sequences (short fresh prompts, equal lengths)."""
+    """Aggregate decode tok/s with 1, 8, 32, 64 concurrent sequences (short fresh prompts, equal lengths), per
+    attention backend (batched vs the per-sequence reference), interleaved so both see the same load."""
     g = torch.Generator().manual_seed(5)
-    fmt = args.formats.split(",")[-1] if args.scaling_format is None else args.scaling_format
-    llm = recipe_llm(args, fmt, enable_prefix_caching=False, max_num_seqs=max(args.scaling))
-    llm.generate(random_prompt(g, 16, 49152), SamplingParams(temperature=0.0, max_tokens=4))
-    results = []
+    fmt = args.formats.split(",")[0] if args.scaling_format is None else args.scaling_format
+    backends = args.scaling_backends.split(",")
+    llms = {b: recipe_llm(args, fmt, enable_prefix_caching=False, max_num_seqs=max(args.scaling), attention_backend=b)
+            for b in backends}
+    for llm in llms.values():
+        llm.generate(random_prompt(g, 16, 49152), SamplingParams(temperature=0.0, max_tokens=4))
+    results: dict[str, list[tuple[int, float]]] = {b: [] for b in backends}
     for n in args.scaling:
         prompts = [random_prompt(g, args.scaling_prompt, 49152) for _ in range(n)]
-        outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=args.scaling_new, ignore_eos=True))
-        first = max(o.timing.token_times[0] for o in outs)  # every sequence is decoding from here on
-        last = max(o.timing.token_times[-1] for o in outs)
-        tokens = sum(sum(1 for t in o.timing.token_times if t > first) for o in outs)
-        results.append((n, tokens / (last - first)))
-    llm.shutdown()
-    base = results[0][1]
+        for b, llm in llms.items():
+            outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=args.scaling_new, ignore_eos=True))
+            first = max(o.timing.token_times[0] for o in outs)  # every sequence is decoding from here on
+            last = max(o.timing.token_times[-1] for o in outs)
+            tokens = sum(sum(1 for t in o.timing.token_times if t > first) for o in outs)
+            results[b].append((n, tokens / (last - first)))
+    for llm in llms.values():
+        llm.shutdown()
     print(f"scaling: recipe {fmt}, aggregate decode tok/s, prompt {args.scaling_prompt}, {args.scaling_new} new tokens")
-    for n, tps in results:
-        print(f"  {n:3d} sequences {tps:8.1f} tok/s   {tps / base:.2f}x batch 1" + ("  (goal >= 6x)" if n == 32 else ""))
+    for b, rows in results.items():
+        base = rows[0][1]
+        for n, tps in rows:
+            print(f"  {b:9s} {n:3d} sequences {tps:8.1f} tok/s   {tps / base:.2f}x batch 1"
+                  + ("  (goal >= 6x)" if n == 32 else ""))
 
 
 def bench_prefill(args: argparse.Namespace, hf: Any, cpp: Any) -> None:
@@ -360,7 +368,8 @@ def main() -> int:
     p.add_argument("--batch1-prompt", type=int, default=128)
     p.add_argument("--batch1-new", type=int, default=128)
     p.add_argument("--scaling", type=lambda v: [int(x) for x in v.split(",")], default=[1, 8, 32, 64])
-    p.add_argument("--scaling-format", default=None, help="weight format for the scaling figure (default: last of --formats)")
+    p.add_argument("--scaling-format", default=None, help="weight format for the scaling figure (default: first of --formats)")
+    p.add_argument("--scaling-backends", default="batched,reference", help="attention backends for the scaling figure")
     p.add_argument("--scaling-prompt", type=int, default=32)
     p.add_argument("--scaling-new", type=int, default=48)
     p.add_argument("--prefill-len", type=int, default=2048)
