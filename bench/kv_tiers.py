@@ -49,7 +49,7 @@ def pct(xs: list[float], q: float) -> float:
 
 def engine(args: argparse.Namespace, **config: Any) -> LLM:
     base: dict[str, Any] = {"num_threads": args.threads, "block_size": args.block_size,
-                            "max_num_batched_tokens": args.batch_tokens}
+                            "max_num_batched_tokens": args.batch_tokens, "kv_cache_bytes": args.pool_bytes}
     return LLM("smollm2", **{**base, **config})
 
 
