@@ -1,9 +1,11 @@
 """DSML tool-call markup parser (DeepSeek V4 `<｜DSML｜tool_calls>` and V4.1 `<｜DSML｜ calls>` forms).
 
 Fed the output text from the first `<｜DSML｜` on, it emits each `invoke` as a `ToolCallStart` and its
-parameters as JSON object text, incrementally: `{` at the first parameter, the quoted key, `: `, the
-value (string parameters JSON-escaped on the fly, other parameters copied verbatim), `}` at the
-invoke's end; an invoke without parameters gives `{}`. Text between tags and unknown tags are
+parameters as JSON object text, incrementally: `{` at the first parameter, the key exactly as written
+after `parameter name=` (quotes included) up to the first space, `: `, the value (string parameters
+JSON-escaped on the fly, other parameters copied verbatim), `}` at the invoke's end; an invoke without
+parameters gives `{}`. A parameter tag must end in `true">` or `false">`; otherwise parsing stops there
+and the call stays unterminated, as the reference's does. Text between tags and unknown tags are
 swallowed; everything after the closing `tool_calls`/`calls` tag is discarded. Both spellings are
 accepted for either model. Emission points and the grouping of pieces within one feed match the
 official reference, so streamed deltas are identical to it.
@@ -21,7 +23,6 @@ DSML = "｜DSML｜"
 OPEN = "<" + DSML
 CLOSE = "</" + DSML
 _BLOCK_NAMES = frozenset({"tool_calls", "calls"})
-_STRING_HEADER = ' string="true">'
 
 # parser states
 _OUTSIDE, _TAG, _SKIP, _KEY, _AFTER_KEY, _VALUE, _DONE = range(7)
@@ -43,7 +44,6 @@ class DsmlToolCallParser:
         self._calls = 0
         self._in_invoke = False
         self._params = 0
-        self._colon_sent = False
         self._string_value = False
         self._closing = False
         self._json_in_string = False
@@ -197,7 +197,8 @@ class DsmlToolCallParser:
             self._state = _SKIP
             return True
         if tag == "parameter" and self._in_invoke:
-            head = ' name="'
+            # `parameter name=` is followed by the key as written (its quotes included) up to a space
+            head = " name="
             if len(after) < len(head):
                 return False
             if not after.startswith(head):
@@ -206,7 +207,6 @@ class DsmlToolCallParser:
                 return True
             self._arg(", " if self._params else "{", "s")
             self._params += 1
-            self._arg('"', "k")
             self._buf = after[len(head) :]
             self._state = _KEY
             return True
@@ -216,40 +216,42 @@ class DsmlToolCallParser:
 
     def _key(self) -> bool:
         buf = self._buf
-        quote = buf.find('"')
-        if quote < 0:
+        space = buf.find(" ")
+        if space < 0:
             if buf:
                 self._arg(buf, "k")
             self._buf = ""
             return False
-        self._arg(buf[: quote + 1], "k")
-        self._buf = buf[quote + 1 :]
+        if space:
+            self._arg(buf[:space], "k")
+        self._arg(": ", "s")
+        self._buf = buf[space + 1 :]
         self._state = _AFTER_KEY
-        self._colon_sent = False
         return True
 
     def _after_key(self) -> bool:
+        """The rest of the parameter tag: it must end with `true">` or `false">`, else the block is broken."""
         buf = self._buf
-        if buf.startswith(_STRING_HEADER):
-            self._open_value(True, len(_STRING_HEADER))
-            return True
-        if buf and _STRING_HEADER.startswith(buf):
-            if not self._colon_sent:
-                self._arg(": ", "s")
-                self._colon_sent = True
-            return False
         gt = buf.find(">")
         if gt < 0:
             return False
         attrs = buf[:gt]
-        is_string = 'string="true"' in attrs
-        self._open_value(is_string, gt + 1)
+        if attrs.endswith('true"'):
+            self._open_value(True, gt + 1)
+        elif attrs.endswith('false"'):
+            self._open_value(False, gt + 1)
+        else:
+            self._broken()
+            return False
         return True
 
+    def _broken(self) -> None:
+        """Malformed markup: the reference stops parsing the block there (the call stays unterminated)."""
+        self._state = _DONE
+        self._buf = ""
+        self._in_invoke = False
+
     def _open_value(self, is_string: bool, consumed: int) -> None:
-        if not self._colon_sent:
-            self._arg(": ", "s")
-            self._colon_sent = True
         if is_string:
             self._arg('"', "s")
         self._string_value = is_string
