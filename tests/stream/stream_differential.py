@@ -48,9 +48,10 @@ def _tags(v41: bool) -> tuple[str, str]:
     return ("<｜DSML｜ " if v41 else "<｜DSML｜"), ("calls" if v41 else "tool_calls")
 
 
-def dsml_block(rng: random.Random, v41: bool, n: int, opened: bool = True) -> str:
-    """A DSML tool-call block of `n` invokes; with some probability broken in one of many ways."""
-    mixed = rng.random() < 0.1  # tags of both versions inside one block
+def dsml_block(rng: random.Random, v41: bool, n: int, opened: bool = True, broken: bool = True) -> str:
+    """A DSML tool-call block of `n` invokes; if `broken`, with some probability broken in one of many ways."""
+    b = 1.0 if broken else 0.0
+    mixed = rng.random() < 0.1 * b  # tags of both versions inside one block
     parts: list[str] = []
 
     def tag(name: str, attrs: str = "", closing: bool = False) -> str:
@@ -62,8 +63,8 @@ def dsml_block(rng: random.Random, v41: bool, n: int, opened: bool = True) -> st
     if opened:
         parts.append(tag(block) + rng.choice(["\n", "\n", "", " ", "\n\n"]))
     for _ in range(n):
-        name = rng.choice([*TOOL_NAMES, "", "we ird", 'x"y']) if rng.random() < 0.1 else rng.choice(TOOL_NAMES)
-        if rng.random() < 0.05:
+        name = rng.choice([*TOOL_NAMES, "", "we ird", 'x"y']) if rng.random() < 0.1 * b else rng.choice(TOOL_NAMES)
+        if rng.random() < 0.05 * b:
             parts.append(tag("invoke", rng.choice([" nam=\"x\"", "", " name=x"])))
         else:
             parts.append(tag("invoke", f' name="{name}"'))
@@ -79,22 +80,22 @@ def dsml_block(rng: random.Random, v41: bool, n: int, opened: bool = True) -> st
                 val = rng.choice(["2", "1e20", "-0.5", "true", "null", '{"a": [1, 2]}', "[1, \"<\"]", '"</x"',
                                   '{"s": "a</b"}', "", "nope", '"\\"<｜"'])
             attr = rng.choice([' string="true"', ' string="false"', "", ' string="maybe"', ' string="true" x="1"'])
-            if string and rng.random() < 0.85:
+            if string and rng.random() < 1 - 0.15 * b:
                 attr = ' string="true"'
-            elif not string and rng.random() < 0.85:
+            elif not string and rng.random() < 1 - 0.15 * b:
                 attr = ' string="false"'
             parts.append(tag("parameter", f' name="{key}"{attr}') + val + tag("parameter", closing=True))
             parts.append(rng.choice(["\n", "\n", "", " ", "\n\n"]))
-        if rng.random() < 0.1:
+        if rng.random() < 0.1 * b:
             parts.append(tag(rng.choice(["note", "foo", "parameter"])) + "stray" + tag("foo", closing=True))
         parts.append(tag("invoke", closing=True) + rng.choice(["\n", "\n", "", " "]))
     parts.append(tag(block, closing=True))
-    if rng.random() < 0.25:  # stray text between tags
+    if rng.random() < 0.25 * b:  # stray text between tags
         for _ in range(rng.randint(1, 3)):
             i = rng.randrange(len(parts) + 1)
             parts.insert(i, rng.choice([words(rng, 1, 3), "<", "</", "<｜", "｜DSML｜", ">", "\"", "<b>", "</x>"]))
     text = "".join(parts)
-    if rng.random() < 0.2:  # cut short
+    if rng.random() < 0.2 * b:  # cut short
         text = text[: rng.randint(0, len(text))]
     return text
 
@@ -122,7 +123,8 @@ def json_answer(rng: random.Random) -> str:
 # ---- cases ------------------------------------------------------------------------------------------
 
 
-def make_case(rng: random.Random, i: int) -> dict[str, Any]:
+def make_case(rng: random.Random, i: int, broken: bool = True) -> dict[str, Any]:
+    """One random case; `broken=False` keeps DSML well formed and of the model's own version."""
     api = rng.choice(["chat", "messages", "responses"])
     model = rng.choice(MODELS)
     v41 = "4.1" in model
@@ -190,7 +192,7 @@ def make_case(rng: random.Random, i: int) -> dict[str, Any]:
             msg["content"] = [{"type": "thinking", "thinking": "The user asks", "signature": "s"}]
         body["messages"].append(msg)
     text = make_output(rng, v41=v41, thinking=thinking, tools=tools, required=choice in ("required", "named"),
-                       json_mode=json_mode is not None, stop=stop)
+                       json_mode=json_mode is not None, stop=stop, broken=broken)
     finish = rng.choice(["stop"] * 6 + ["length", "content_filter"])
     feed = rng.choice(["text", "tokens"])
     return {"case_id": i, "api": api, "body": body, "output": text, "finish": finish, "feed": feed,
@@ -199,22 +201,22 @@ def make_case(rng: random.Random, i: int) -> dict[str, Any]:
 
 
 def make_output(rng: random.Random, *, v41: bool, thinking: bool, tools: bool, required: bool, json_mode: bool,
-                stop: list[str]) -> str:
+                stop: list[str], broken: bool = True) -> str:
     """A model output mixing the shapes the parser must survive."""
-    other = rng.random() < 0.2  # DSML of the other model version
+    other = broken and rng.random() < 0.2  # DSML of the other model version
     parts: list[str] = []
     if required and rng.random() < 0.6:
         # output continues inside the block the prompt opened (or opens with free text instead)
-        if rng.random() < 0.3:
+        if broken and rng.random() < 0.3:
             parts.append(words(rng, 1, 5) + rng.choice(["", "\n"]))
-        block = dsml_block(rng, v41 != other, rng.randint(1, 2), opened=rng.random() < 0.3)
+        block = dsml_block(rng, v41 != other, rng.randint(1, 2), opened=broken and rng.random() < 0.3, broken=broken)
         parts.append(block)
         parts.append(rng.choice(["", "", "\ntail", words(rng, 1, 3)]))
         return "".join(parts)
     if thinking and rng.random() < 0.9:
         parts.append(rng.choice(["", "\n", "\n\n"]) + words(rng, 0, 10) + rng.choice(["", "\n", "\n\n"]))
         if rng.random() < 0.2:
-            parts.append(dsml_block(rng, v41 != other, 1))
+            parts.append(dsml_block(rng, v41 != other, 1, broken=broken))
         if rng.random() < 0.92:
             parts.append("</think>" + rng.choice(["", "\n", "\n\n"]))
     for _ in range(rng.randint(1, 3)):
@@ -224,16 +226,19 @@ def make_output(rng: random.Random, *, v41: bool, thinking: bool, tools: bool, r
         elif r < 0.75 or not tools:
             parts.append(words(rng, 0, 12))
         else:
-            parts.append(rng.choice(["", "\n", "\n\n"]) + dsml_block(rng, v41 != other, rng.randint(1, 3)))
+            parts.append(rng.choice(["", "\n", "\n\n"]) + dsml_block(rng, v41 != other, rng.randint(1, 3), broken=broken))
     if tools and rng.random() < 0.3 and not any("DSML" in p for p in parts):
-        parts.append(rng.choice(["", "\n\n"]) + dsml_block(rng, v41 != other, rng.randint(1, 2)))
+        parts.append(rng.choice(["", "\n\n"]) + dsml_block(rng, v41 != other, rng.randint(1, 2), broken=broken))
     text = "".join(parts)
+    # well-formed markup stays whole: insertions go before it
+    limit = len(text) if broken or "<｜DSML｜" not in text else text.index("<｜DSML｜")
     for _ in range(rng.randint(0, 2)):
         if rng.random() < 0.35:
-            pos = rng.randint(0, len(text))
+            pos = rng.randint(0, limit)
             text = text[:pos] + rng.choice(SPECIALS) + text[pos:]
+            limit = len(text) if broken or "<｜DSML｜" not in text else text.index("<｜DSML｜")
     if stop and rng.random() < 0.7:
-        pos = rng.randint(0, len(text))
+        pos = rng.randint(0, limit)
         text = text[:pos] + rng.choice(stop) + text[pos:]
     return text
 
