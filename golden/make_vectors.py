@@ -185,11 +185,21 @@ SPECIALS = [
     "<｜ref｜>",
     "<｜/ref｜>",
     "<｜box｜>",
+    "<｜/box｜>",
+    "<｜point｜>",
     "<｜/point｜>",
+    "<｜polygon｜>",
+    "<｜/polygon｜>",
     "<｜latest_reminder｜>",
     "<tool_result>",
     "</tool_result>",
+    "<｜DSML｜ calls>",
+    "</｜DSML｜invoke>",
+    '<｜DSML｜parameter name="q" string="true">',
+    "<system-reminder>",
+    "[Unsupported Image]",
 ]
+IMAGE = "<｜image｜>"
 GROUNDING = ["<｜ref｜>", "<｜/ref｜>", "<｜box｜>", "<｜/box｜>", "<｜point｜>", "<｜/point｜>", "<｜polygon｜>", "<｜/polygon｜>"]
 CODE = "def f(x):\n    return x ** 2  # square\n\nfor i in range(10):\n\tprint(f(i))\n"
 DIGITS = "1234567890"
@@ -227,6 +237,44 @@ def rand_text(rng: random.Random, *, long: bool = False, allow_empty: bool = Fal
             break
     sep = rng.choice([" ", "", "\n", " "])
     return sep.join(parts)
+
+
+def rand_call_id(rng: random.Random, used: set[str]) -> str:
+    """A call id in one of the styles clients send (or a marker spelling, or any text), distinct from
+    `used` except for a rare deliberate repeat; added to `used`."""
+    if used and rng.random() < 0.02:
+        return rng.choice(sorted(used))
+    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    while True:
+        r = rng.random()
+        if r < 0.2:
+            cid = f"call_{rng.randint(0, 10 ** rng.randint(1, 6))}"
+        elif r < 0.35:
+            cid = "call_" + "".join(rng.choice(alnum) for _ in range(24))
+        elif r < 0.5:
+            cid = "toolu_01" + "".join(rng.choice(alnum) for _ in range(22))
+        elif r < 0.6:
+            cid = "fc_" + "".join(rng.choice("0123456789abcdef") for _ in range(rng.randint(4, 48)))
+        elif r < 0.72:
+            cid = "".join(rng.choice(alnum[: rng.choice([26, 52, 62])]) for _ in range(rng.randint(1, 4)))
+        elif r < 0.8:
+            cid = rng.choice(SPECIALS) + rng.choice(["", "1", "a"])
+        elif r < 0.88:
+            cid = "".join(rng.choice(CJK + EMOJI + "éÉzZ_-. ") for _ in range(rng.randint(1, 5)))
+        elif r < 0.9:
+            cid = ""
+        else:
+            cid = rand_text(rng)
+        if cid not in used:
+            used.add(cid)
+            return cid
+
+
+def image_text(rng: random.Random) -> str:
+    """Text for beside an image: often spells the image placeholder itself."""
+    if rng.random() < 0.5:
+        return rand_text(rng) + IMAGE + rng.choice(["", rand_text(rng)])
+    return rand_text(rng)
 
 
 def rand_float_value(rng: random.Random) -> Any:
@@ -346,7 +394,7 @@ def chat_user_content(rng: random.Random, version: str, long: bool = False) -> A
     for _ in range(rng.randint(1, 3)):
         r = rng.random()
         if r < 0.6:
-            parts.append({"type": "text", "text": rand_text(rng)})
+            parts.append({"type": "text", "text": image_text(rng)})
         elif r < 0.8:
             img: dict[str, Any] = {"url": rand_data_url(rng)}
             if rng.random() < 0.4:
@@ -389,6 +437,7 @@ def chat_body(rng: random.Random) -> dict[str, Any]:
         messages.append({"role": "system", "content": rand_text(rng)})
     long = rng.random() < 0.06
     turns = rng.randint(1, 4)
+    used_ids: set[str] = set()
     for t in range(turns):
         messages.append({"role": "user", "content": chat_user_content(rng, version, long and t == turns - 1)})
         if rng.random() < 0.15:
@@ -406,10 +455,10 @@ def chat_body(rng: random.Random) -> dict[str, Any]:
             a["reasoning_content"] = rand_text(rng) if rng.random() < 0.9 else rng.choice(GROUNDING) + "x"
         if tools and rng.random() < 0.6:
             calls = []
-            for k in range(rng.randint(1, 3)):
+            for _ in range(rng.randint(1, 3)):
                 fn = rng.choice(tools)["function"]["name"]
                 calls.append(
-                    {"id": f"call_{t}_{k}", "type": "function", "function": {"name": fn, "arguments": rand_args(rng)}}
+                    {"id": rand_call_id(rng, used_ids), "type": "function", "function": {"name": fn, "arguments": rand_args(rng)}}
                 )
             a["tool_calls"] = calls
             messages.append(a)
@@ -417,7 +466,10 @@ def chat_body(rng: random.Random) -> dict[str, Any]:
             rng.shuffle(order)
             for k in order:
                 tm: dict[str, Any] = {"role": "tool", "tool_call_id": calls[k]["id"]}
-                if rng.random() < 0.2:
+                if rng.random() < 0.1 and version == V41:
+                    img_part = {"type": "image_url", "image_url": {"url": "https://example.com/r.png"}}
+                    tm["content"] = [{"type": "text", "text": image_text(rng)}, img_part]
+                elif rng.random() < 0.2:
                     tm["content"] = [{"type": "text", "text": rand_text(rng)}]
                 else:
                     tm["content"] = rand_text(rng, allow_empty=True)
@@ -544,7 +596,7 @@ def messages_user_blocks(rng: random.Random, long: bool = False) -> Any:
     for _ in range(rng.randint(1, 3)):
         r = rng.random()
         if r < 0.65:
-            b: dict[str, Any] = {"type": "text", "text": rand_text(rng)}
+            b: dict[str, Any] = {"type": "text", "text": image_text(rng)}
             if rng.random() < 0.1:
                 b["cache_control"] = {"type": "ephemeral"}
             blocks.append(b)
@@ -597,6 +649,7 @@ def messages_body(rng: random.Random) -> dict[str, Any]:
     turns = rng.randint(1, 4)
     long = rng.random() < 0.05
     pending_results: list[dict[str, Any]] = []
+    used_ids: set[str] = set()
     for t in range(turns):
         content = messages_user_blocks(rng, long and t == turns - 1)
         if pending_results:
@@ -618,8 +671,8 @@ def messages_body(rng: random.Random) -> dict[str, Any]:
             blocks.append({"type": "text", "text": rand_text(rng)})
         if tools and rng.random() < 0.6:
             ids = []
-            for k in range(rng.randint(1, 2)):
-                tid = f"toolu_{t}_{k}"
+            for _ in range(rng.randint(1, 3)):
+                tid = rand_call_id(rng, used_ids)
                 ids.append(tid)
                 inp: Any = {w: rand_json_value(rng, 1) for w in rng.sample(WORDS, rng.randint(0, 3))}
                 if rng.random() < 0.05:
@@ -634,7 +687,8 @@ def messages_body(rng: random.Random) -> dict[str, Any]:
                 elif rr < 0.8:
                     tr["content"] = [{"type": "text", "text": rand_text(rng)} for _ in range(rng.randint(1, 2))]
                 elif rr < 0.9:
-                    tr["content"] = [{"type": "image", "source": {"type": "url", "url": "https://example.com/r.png"}}]
+                    img_block = {"type": "image", "source": {"type": "url", "url": "https://example.com/r.png"}}
+                    tr["content"] = [{"type": "text", "text": image_text(rng)}, img_block][rng.randint(0, 1) :]
                 if rng.random() < 0.2:
                     tr["is_error"] = True
                 pending_results.append(tr)
@@ -713,7 +767,7 @@ def responses_content(rng: random.Random, role: str, long: bool = False) -> Any:
     for _ in range(rng.randint(1, 3)):
         r = rng.random()
         if r < 0.7 or role == "assistant":
-            parts.append({"type": text_type, "text": rand_text(rng)})
+            parts.append({"type": text_type, "text": image_text(rng) if role != "assistant" else rand_text(rng)})
         elif r < 0.85:
             p: dict[str, Any] = {"type": "input_image", "image_url": rand_data_url(rng)}
             if rng.random() < 0.4:
@@ -724,6 +778,28 @@ def responses_content(rng: random.Random, role: str, long: bool = False) -> Any:
         else:
             parts.append({"type": "input_file", "file_id": "file-abc"})
     return parts
+
+
+def responses_tool_round(rng: random.Random, fn_names: list[str], used_ids: set[str]) -> list[dict[str, Any]]:
+    """1-3 function calls with random ids and their outputs in a random order; sometimes a call comes
+    after some outputs while another call is still unanswered (it joins the same turn)."""
+    calls = [
+        {"type": "function_call", "call_id": rand_call_id(rng, used_ids), "name": rng.choice(fn_names), "arguments": rand_args(rng)}
+        for _ in range(rng.randint(1, 3))
+    ]
+    outputs = []
+    for c in calls:
+        out: Any = rand_text(rng, allow_empty=True)
+        if rng.random() < 0.2:
+            out = [{"type": "input_text", "text": rand_text(rng)}]
+        outputs.append({"type": "function_call_output", "call_id": c["call_id"], "output": out})
+    rng.shuffle(outputs)
+    if len(calls) > 1 and rng.random() < 0.3:
+        # the last call after the first output that answers an earlier call
+        last, first_out = calls[-1], next(o for o in outputs if o["call_id"] != calls[-1]["call_id"])
+        rest = [o for o in outputs if o is not first_out]
+        return [*calls[:-1], first_out, last, *rest]
+    return [*calls, *outputs]
 
 
 def responses_body(rng: random.Random) -> dict[str, Any]:
@@ -747,6 +823,7 @@ def responses_body(rng: random.Random) -> dict[str, Any]:
     else:
         items: list[dict[str, Any]] = []
         turns = rng.randint(1, 4)
+        used_ids: set[str] = set()
         for t in range(turns):
             role = rng.choice(["user", "user", "user", "developer", "system"]) if t == 0 else "user"
             it: dict[str, Any] = {"role": role, "content": responses_content(rng, role, t == turns - 1 and rng.random() < 0.05)}
@@ -767,16 +844,7 @@ def responses_body(rng: random.Random) -> dict[str, Any]:
             if rng.random() < 0.8:
                 items.append({"type": "message", "role": "assistant", "content": responses_content(rng, "assistant")})
             if fn_names and rng.random() < 0.6:
-                calls = []
-                for k in range(rng.randint(1, 2)):
-                    cid = f"call_{t}_{k}"
-                    calls.append(cid)
-                    items.append({"type": "function_call", "call_id": cid, "name": rng.choice(fn_names), "arguments": rand_args(rng)})
-                for cid in calls:
-                    out: Any = rand_text(rng, allow_empty=True)
-                    if rng.random() < 0.2:
-                        out = [{"type": "input_text", "text": rand_text(rng)}]
-                    items.append({"type": "function_call_output", "call_id": cid, "output": out})
+                items += responses_tool_round(rng, fn_names, used_ids)
             elif rng.random() < 0.2 and any(x.get("type") == "custom" for x in tools):
                 items.append({"type": "custom_tool_call", "call_id": f"ct_{t}", "name": "apply_patch", "input": "*** Begin Patch\n*** End Patch"})
                 items.append({"type": "custom_tool_call_output", "call_id": f"ct_{t}", "output": "done"})

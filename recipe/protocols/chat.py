@@ -284,6 +284,7 @@ def _convert_messages(raw: list[dict[str, Any]], version: ModelVersion) -> list[
         "'tool_call_id'. (insufficient tool messages following tool_calls message)"
     )
     last = len(raw) - 1
+    misplaced_prefix = False
     for i, m in enumerate(raw):
         role = m["role"]
         if role != "tool" and pending:
@@ -313,16 +314,14 @@ def _convert_messages(raw: list[dict[str, Any]], version: ModelVersion) -> list[
                     f"Invalid 'messages[{i}].tool_calls': empty array. Expected an array with minimum length 1, but got an empty array instead."
                 )
             prefix = bool(m.get("prefix"))
-            if prefix and i != last:
-                raise conversion_error(
-                    "Invalid completion message: prefix set true with message which is not final message or message role is not assistant"
-                )
+            misplaced_prefix = misplaced_prefix or (prefix and i != last)
             content, _, _ = _convert_content(content_raw, role, i, version)
             calls = None
             if calls_raw is not None:
                 calls = tuple(
                     ToolCall(id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"]) for c in calls_raw
                 )
+                _check_unique_ids(calls, i)
                 pending = [c.id for c in calls]
             out.append(
                 Message(
@@ -340,7 +339,20 @@ def _convert_messages(raw: list[dict[str, Any]], version: ModelVersion) -> list[
         out.append(Message(role=role, content=content, image_sources=images, image_offsets=offsets))
     if pending:
         raise conversion_error(insufficient)
+    if misplaced_prefix:  # checked once every message converted, as the reference does
+        raise conversion_error(
+            "Invalid completion message: prefix set true with message which is not final message or message role is not assistant"
+        )
     return out
+
+
+def _check_unique_ids(calls: tuple[ToolCall, ...], index: int) -> None:
+    """One assistant message's call ids are distinct; the first repeat (in order) is named."""
+    seen: set[str] = set()
+    for c in calls:
+        if c.id in seen:
+            raise conversion_error(f"Duplicate value for 'tool_call_id' of {c.id} in message[{index}]")
+        seen.add(c.id)
 
 
 def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequest:

@@ -414,6 +414,8 @@ def _convert_messages(obj: dict[str, Any], version: ModelVersion, *, drop_server
             elif kind == "thinking":
                 reasoning.append(b["thinking"])
             elif kind == "tool_use":
+                if any(c.id == b["id"] for c in calls):
+                    raise conversion_error(f"messages.{i}.content.{j}: `tool_use` ids must be unique")
                 inp = b["input"]
                 calls.append(ToolCall(id=b["id"], name=b["name"], arguments=prompt_json(inp)))
             elif kind in ("server_tool_use", "web_search_tool_result"):

@@ -156,3 +156,57 @@ def test_random_call_ids_match_reference(reference_diff: Any, api: str) -> None:
         assert reference_diff(api, text) is None, reference_diff(api, text)
 
     check()
+
+
+def _call(*ids: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [{"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in ids]}
+
+
+def _result(i: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": i, "content": "r"}
+
+
+_Q = {"role": "user", "content": "Q"}
+_BAD_IMAGE = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "ftp://x/a.png"}}]}
+_PREFIX = {"role": "assistant", "content": "x", "prefix": True}
+CHAT_ID_ERRORS = {
+    "repeated-id-in-one-turn": [_Q, _call("b", "a", "a", "b"), _result("a"), _result("b")],
+    "repeated-id-unanswered": [_Q, _call("a", "a"), _result("a")],
+    "repeated-id-before-a-later-bad-image": [_Q, _call("a", "a"), _result("a"), _result("a"), _BAD_IMAGE],
+    "same-id-in-two-turns": [_Q, _call("a"), _result("a"), _call("a"), _result("a")],
+    "misplaced-prefix-then-repeated-id": [_Q, _PREFIX, _call("a", "a"), _result("a"), _result("a")],
+    "misplaced-prefix-then-unknown-result": [_Q, _PREFIX, _result("zz")],
+    "misplaced-prefix-then-unanswered": [_Q, _PREFIX, _call("a"), _Q],
+}
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("case", sorted(CHAT_ID_ERRORS))
+def test_chat_call_id_errors_match_reference(reference_diff: Any, model: str, case: str) -> None:
+    body = {"model": model, "messages": CHAT_ID_ERRORS[case], "tools": [{"type": "function", "function": {"name": "f"}}]}
+    text = json.dumps(body)
+    assert reference_diff("chat", text) is None, reference_diff("chat", text)
+
+
+def _use(i: str) -> dict[str, Any]:
+    return {"type": "tool_use", "id": i, "name": "f", "input": {}}
+
+
+def _answer(*ids: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": i, "content": "r"} for i in ids]}
+
+
+MESSAGES_ID_ERRORS = {
+    "repeated-tool-use-id": [_Q, {"role": "assistant", "content": [_use("a"), _use("a")]}, _answer("a")],
+    "repeated-id-and-results": [_Q, {"role": "assistant", "content": [_use("a"), _use("b"), _use("a")]}, _answer("a", "b", "a")],
+    "text-before-the-repeat": [_Q, {"role": "assistant", "content": [_use("a"), {"type": "text", "text": "x"}, _use("a")]}],
+    "same-id-in-two-turns": [_Q, {"role": "assistant", "content": [_use("a")]}, _answer("a"), {"role": "assistant", "content": [_use("a")]}, _answer("a")],
+}
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("case", sorted(MESSAGES_ID_ERRORS))
+def test_messages_tool_use_id_errors_match_reference(reference_diff: Any, model: str, case: str) -> None:
+    body = {"model": model, "max_tokens": 8, "messages": MESSAGES_ID_ERRORS[case], "tools": [{"name": "f", "input_schema": {"type": "object"}}]}
+    text = json.dumps(body)
+    assert reference_diff("messages", text) is None, reference_diff("messages", text)
