@@ -794,11 +794,12 @@ def responses_tool_round(rng: random.Random, fn_names: list[str], used_ids: set[
             out = [{"type": "input_text", "text": rand_text(rng)}]
         outputs.append({"type": "function_call_output", "call_id": c["call_id"], "output": out})
     rng.shuffle(outputs)
-    if len(calls) > 1 and rng.random() < 0.3:
+    earlier = [o for o in outputs if o["call_id"] != calls[-1]["call_id"]]
+    if len(calls) > 1 and earlier and rng.random() < 0.3:
         # the last call after the first output that answers an earlier call
-        last, first_out = calls[-1], next(o for o in outputs if o["call_id"] != calls[-1]["call_id"])
+        first_out = earlier[0]
         rest = [o for o in outputs if o is not first_out]
-        return [*calls[:-1], first_out, last, *rest]
+        return [*calls[:-1], first_out, calls[-1], *rest]
     return [*calls, *outputs]
 
 
