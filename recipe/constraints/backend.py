@@ -147,7 +147,7 @@ class Matcher:
             raise ConstraintError(f"bitmask must be a 1-D int32 array of at least {words} words")
         view = out[:words]
         self._out, self._out_words = out, view
-        self._out_u32 = memoryview(view.view(np.uint32)) if view.flags["C_CONTIGUOUS"] else None
+        self._out_u32 = view.view(np.uint32).data if view.flags["C_CONTIGUOUS"] else None
 
     def fill_bitmask(self, out: np.ndarray) -> None:
         """Fill `out` (int32, at least ceil(V/32) words; extra words are zeroed) with the allowed ids."""
@@ -170,7 +170,7 @@ class Matcher:
             out[:] = 0
             bitmask.set_allowed(out, self._eos)
             return
-        self._fix_eos(out, memoryview(out.view(np.uint32)) if out.flags["C_CONTIGUOUS"] else None)
+        self._fix_eos(out, out.view(np.uint32).data if out.flags["C_CONTIGUOUS"] else None)
 
     def _fix_eos(self, out: np.ndarray, u32: memoryview | None) -> None:
         # scalar ops on a uint32 view: no loop over the vocabulary
