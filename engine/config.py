@@ -34,6 +34,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 1024  # token budget of one step (prefill chunks + decodes)
     max_model_len: int | None = None  # default: the model's context length
     enable_prefix_caching: bool = True
+    release_window_blocks: bool = True  # sliding-window caches (DeepSeek-V4) give back blocks that slid out
     async_scheduling: bool = True  # overlap CPU scheduling/post-processing with the model step
     max_waiting_requests: int = 4096  # AsyncLLM: more queued requests raise QueueFullError
     kv_host_bytes: int | None = None  # L2 host tier budget; None = off

@@ -18,6 +18,8 @@ from typing import Any
 from recipe.engine import device as devices
 from recipe.engine.block_manager import BlockManager
 from recipe.engine.config import EngineConfig
+from recipe.engine.kv_kinds import MultiKindBlockManager
+from recipe.engine.layers.v4_kv import CacheSpec as KindSpec
 from recipe.engine.model_runner import ModelRunner, StepResult, kv_cache_blocks
 from recipe.engine.outputs import RequestOutput, RequestTiming
 from recipe.engine.sampling_params import SamplingParams
@@ -66,13 +68,19 @@ class LLMEngine:
         self.max_model_len = min(cfg.max_model_len or context, num_blocks * cfg.block_size)
         self.vocab_size = int(self.model_info.vocab_size)
         self.eos_token_ids = frozenset(int(t) for t in self.model_info.eos_token_ids)
-        self.block_manager = BlockManager(num_blocks, cfg.block_size, cfg.enable_prefix_caching)
+        kinds: MultiKindBlockManager | None = None
+        specs = self.model.cache_specs() if hasattr(self.model, "cache_specs") else []
+        if specs and all(isinstance(s, KindSpec) for s in specs):  # several cache kinds (DeepSeek-V4)
+            kinds = MultiKindBlockManager(self.model.cache_specs(), num_blocks, cfg.block_size,
+                                          cfg.enable_prefix_caching, cfg.max_num_seqs, cfg.release_window_blocks)
+        self.block_manager = kinds or BlockManager(num_blocks, cfg.block_size, cfg.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=cfg.max_num_seqs,
                                    max_num_batched_tokens=cfg.max_num_batched_tokens,
                                    max_model_len=self.max_model_len)
         self.runner = ModelRunner(self.model, block_size=cfg.block_size, num_blocks=num_blocks,
                                   dtype=self.dtype, device=self.device, attention_backend=cfg.attention_backend,
-                                  weight_format=cfg.weight_format, moe_backend=cfg.moe_backend)
+                                  weight_format=cfg.weight_format, moe_backend=cfg.moe_backend,
+                                  kinds=kinds)
         self.kv_tiers: Any = None
         if cfg.kv_tiers_enabled:
             from recipe.engine.kv_tiers import KVTiers

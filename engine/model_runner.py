@@ -38,6 +38,7 @@ class PreparedStep:
     matchers: list[Any]
     pending_history: list[bool] = field(default_factory=list)  # row's histories lack the placeholder token
     kv_writes: list[Callable[[], None]] = field(default_factory=list)  # restored KV, written before forward
+    kind_tables: dict[str, np.ndarray] | None = None  # several cache kinds: kind -> [B, max_blocks], -1 padded
 
 
 @dataclass
@@ -72,7 +73,7 @@ def kv_cache_blocks(model: Any, *, block_size: int, dtype: torch.dtype, device: 
 class ModelRunner:
     def __init__(self, model: Any, *, block_size: int, num_blocks: int, dtype: torch.dtype,
                  device: torch.device, attention_backend: str = "batched", weight_format: str = "dtype",
-                 moe_backend: str = "grouped") -> None:
+                 moe_backend: str = "grouped", kinds: Any = None) -> None:
         """The speed options are `EngineConfig`'s (each with its reference path as the off switch)."""
         self.model = model
         self.attention_backend = attention_backend
@@ -90,7 +91,9 @@ class ModelRunner:
             self.kv_cache = KVCache(model.cache_specs(), num_blocks, block_size, dtype, device)
             model.bind_kv_cache(self.kv_cache)
         else:  # a model that keeps its own cache (the engine tests' tiny model)
-            model.allocate_kv_cache(num_blocks, block_size, dtype, device)
+            # a model with several cache kinds (DeepSeek-V4) gets each kind's block count
+            model.allocate_kv_cache(num_blocks if kinds is None else kinds.counts, block_size, dtype, device)
+        self.kinds = kinds  # a MultiKindBlockManager: block tables of every cache kind
         self.sampler = Sampler(device)
         self._prev: dict[int, int] = {}  # seq_id -> token sampled by the previous executed step
 
@@ -137,7 +140,21 @@ class ModelRunner:
             context_lens=[s.start + s.num_tokens for s in sched.scheduled],
             block_tables=tables, sample_rows=sample_rows, sample_seq_ids=sample_seq_ids, rows=rows,
             matchers=matchers, pending_history=pending_history, kv_writes=sched.kv_writes,
+            kind_tables=self._kind_tables(sched),
         )
+
+    def _kind_tables(self, sched: SchedulerOutput) -> dict[str, np.ndarray] | None:
+        if self.kinds is None:
+            return None
+        per_seq = [self.kinds.tables_for(s.seq) for s in sched.scheduled]
+        out = {}
+        for kind in per_seq[0]:
+            width = max(1, max(len(t[kind]) for t in per_seq))
+            table = np.full((len(per_seq), width), -1, dtype=np.int64)
+            for b, t in enumerate(per_seq):
+                table[b, : len(t[kind])] = t[kind]
+            out[kind] = table
+        return out
 
     @torch.inference_mode()
     def execute(self, step: PreparedStep) -> StepResult:
@@ -166,6 +183,8 @@ class ModelRunner:
             slot_mapping=torch.from_numpy(step.slot_mapping).to(dev),
             block_tables=torch.from_numpy(step.block_tables).to(dev),
             block_size=self.block_size, attention_backend=self.attention_backend,
+            kind_tables=None if step.kind_tables is None else
+            {k: torch.from_numpy(t).to(dev) for k, t in step.kind_tables.items()},
         ))
         try:
             hidden = self.model.forward(torch.from_numpy(input_ids).to(dev), torch.from_numpy(step.positions).to(dev))

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from recipe.engine.block_manager import BlockManager
+from recipe.engine.kv_kinds import MultiKindBlockManager
 from recipe.engine.sequence import Sequence, SequenceStatus
 
 PLACEHOLDER = -1
@@ -51,7 +52,7 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, block_manager: BlockManager, *, max_num_seqs: int, max_num_batched_tokens: int,
+    def __init__(self, block_manager: BlockManager | MultiKindBlockManager, *, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int) -> None:
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs

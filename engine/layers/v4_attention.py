@@ -112,8 +112,9 @@ class V4Attention(nn.Module):
             lo = max(0, p0 - self.lookback)
             past = self.window_rows.read(wtable, lo, p0)
             seq_rows = torch.cat((past, new_rows[s:e]), dim=0)  # positions [lo, p1)
-            keep = max(p0, p1 - self.lookback)
-            self.window_rows.write(wtable, keep, new_rows[s + keep - p0 : e])
+            # every new row is written, even those this sequence never reads again: a prefix hit ending
+            # inside this step's tokens reads them
+            self.window_rows.write(wtable, p0, new_rows[s:e])
             qpos = positions[s:e]
             kpos = torch.arange(lo, p1, device=x.device)
             visible = (kpos[None, :] <= qpos[:, None]) & (kpos[None, :] > qpos[:, None] - self.window)

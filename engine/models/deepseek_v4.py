@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
+from recipe.engine.kv_kinds import rows_per_block, tokens_per_block
 from recipe.engine.layers.hyper_connections import HyperConnection, HyperHead, expand
 from recipe.engine.layers.rmsnorm import RMSNorm
 from recipe.engine.layers.v4_attention import CSA, HCA, SLIDING, V4Attention
@@ -103,12 +104,16 @@ class DeepseekV4ForCausalLM(nn.Module):
         return specs
 
     def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
-        """Bytes of one block of every kind (a sequence holds blocks of each kind in different numbers)."""
+        """Bytes per window block's worth of tokens: one window block plus each compressed kind's share."""
         size = torch.empty((), dtype=dtype).element_size()
-        return sum(block_size * s.row_width * size for s in self.cache_specs())
+        total = 0.0
+        for s in self.cache_specs():
+            rows = rows_per_block(s, block_size)
+            total += rows * s.row_width * size * block_size / tokens_per_block(s, block_size)
+        return int(total)
 
     def attach_pools(self, pools: Mapping[str, torch.Tensor]) -> None:
-        """Give each layer its column slices of the per-kind pools [num_blocks, block_size, row_width]."""
+        """Give each layer its column slices of the per-kind pools [num_blocks, rows_per_block, row_width]."""
         self.pools = dict(pools)
         offsets: dict[str, int] = {}
         for layer in self.decoder_layers():
@@ -124,10 +129,11 @@ class DeepseekV4ForCausalLM(nn.Module):
 
     def allocate_kv_cache(self, num_blocks: int | Mapping[str, int], block_size: int, dtype: torch.dtype,
                           device: torch.device | str) -> None:
+        """One pool per kind; `num_blocks` per kind, or one number for every kind."""
         specs = self.cache_specs()
         counts = num_blocks if isinstance(num_blocks, Mapping) else {s.name: num_blocks for s in specs}
-        self.attach_pools({s.name: torch.zeros((counts[s.name], block_size, s.row_width), dtype=dtype,
-                                               device=device) for s in specs})
+        self.attach_pools({s.name: torch.zeros((counts[s.name], rows_per_block(s, block_size), s.row_width),
+                                               dtype=dtype, device=device) for s in specs})
 
     # ----- forward --------------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, plan: V4Plan | None = None) -> torch.Tensor:

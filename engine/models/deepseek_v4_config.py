@@ -127,3 +127,12 @@ def _rope_parameters(cfg: Mapping[str, Any], partial: float) -> dict[str, dict[s
         if p["rope_type"] == "yarn":
             p.setdefault("original_max_position_embeddings", cfg.get("max_position_embeddings"))
     return out
+
+
+def v4_chat_format(cfg: Mapping[str, Any]) -> str:
+    """The prompt codec of a V4 checkpoint: "deepseek_v41" when the config names V4.1 (its architecture,
+    `model_version`, or the name it was saved under), else "deepseek_v4"."""
+    names = [str(a) for a in cfg.get("architectures") or []]
+    names += [str(cfg.get("model_version", "")), str(cfg.get("_name_or_path", ""))]
+    marks = ("v41", "v4.1", "v4_1", "4.1")
+    return "deepseek_v41" if any(m in n.lower() for n in names for m in marks) else "deepseek_v4"

@@ -10,6 +10,8 @@ from typing import Any, TypeAlias
 import torch
 from recipe.engine.model_info import ModelInfo
 from recipe.engine.models.deepseek_v3 import DeepseekV3Config, DeepseekV3ForCausalLM
+from recipe.engine.models.deepseek_v4 import DeepseekV4ForCausalLM
+from recipe.engine.models.deepseek_v4_config import DeepseekV4Config, v4_chat_format
 from recipe.engine.models.llama import LlamaConfig, LlamaForCausalLM
 from recipe.engine.models.safetensors_loader import SafetensorsCheckpoint, eos_ids, read_folder
 from recipe.engine.models.weights import CheckpointError, cast_floating
@@ -18,9 +20,9 @@ from torch import nn
 DEFAULT_MODEL = "smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Router weights stay fp32 in every dtype, as DeepSeek-V3 checkpoints keep them.
-_KEEP_FP32 = ("gate.weight", "e_score_correction_bias")
+_KEEP_FP32 = ("gate.weight", "e_score_correction_bias", "attn_hc", "ffn_hc", "hc_head", "sinks", "position_bias")
 
-ModelForCausalLM: TypeAlias = LlamaForCausalLM | DeepseekV3ForCausalLM
+ModelForCausalLM: TypeAlias = LlamaForCausalLM | DeepseekV3ForCausalLM | DeepseekV4ForCausalLM
 
 
 def smollm2_path() -> Path:
@@ -42,6 +44,8 @@ def finish_model(model: nn.Module, dtype: torch.dtype, device: torch.device | st
 
 
 def build_model(architecture: str, config: dict[str, Any]) -> ModelForCausalLM:
+    if architecture == "deepseek_v4":
+        return _build_v4(config)
     try:
         shape = LlamaConfig.from_hf(config) if architecture == "llama" else DeepseekV3Config.from_hf(config)
     except CheckpointError:
@@ -60,11 +64,25 @@ def build_model(architecture: str, config: dict[str, Any]) -> ModelForCausalLM:
     return model
 
 
+def _build_v4(config: dict[str, Any]) -> DeepseekV4ForCausalLM:
+    try:
+        shape = DeepseekV4Config.from_hf(config)
+    except KeyError as exc:
+        raise CheckpointError(f"the deepseek_v4 config lacks {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"the deepseek_v4 config has an invalid value: {exc}") from None
+    with torch.device("meta"):
+        model = DeepseekV4ForCausalLM(shape)
+    model.to_empty(device="cpu")
+    model.rotary = model.make_rotary()
+    return model
+
+
 def _architecture(config: dict[str, Any]) -> str:
     kind = config.get("model_type")
-    if kind in ("llama", "deepseek_v3"):
+    if kind in ("llama", "deepseek_v3", "deepseek_v4"):
         return str(kind)
-    raise CheckpointError(f"unsupported model_type {kind!r}; supported: llama, deepseek_v3")
+    raise CheckpointError(f"unsupported model_type {kind!r}; supported: llama, deepseek_v3, deepseek_v4")
 
 
 def load_model(
@@ -100,6 +118,8 @@ def load_model(
     model.load_weights(SafetensorsCheckpoint(path))
     finish_model(model, torch_dtype, device)
     bos = generation.get("bos_token_id", config.get("bos_token_id"))
+    if isinstance(model, DeepseekV4ForCausalLM):
+        return model, _v4_info(model, path, config, generation, tokenizer_json, torch_dtype, bos)
     c = model.config
     mla = isinstance(c, DeepseekV3Config)
     info = ModelInfo(
@@ -118,3 +138,14 @@ def load_model(
         head_dim=c.kv_lora_rank + c.qk_rope_head_dim if isinstance(c, DeepseekV3Config) else c.head_dim,
     )
     return model, info
+
+
+def _v4_info(model: DeepseekV4ForCausalLM, path: Path, config: dict[str, Any], generation: dict[str, Any],
+             tokenizer_json: str, dtype: torch.dtype, bos: Any) -> ModelInfo:
+    c = model.config
+    return ModelInfo(
+        name=path.name, architecture="deepseek_v4", vocab_size=c.vocab_size, context_length=c.max_positions,
+        eos_token_ids=eos_ids(config, generation), bos_token_id=None if bos is None else int(bos),
+        tokenizer_json=tokenizer_json, chat_format=v4_chat_format(config), dtype=dtype, num_layers=c.num_layers,
+        hidden_size=c.hidden_size, num_kv_heads=1, head_dim=c.head_dim,
+    )

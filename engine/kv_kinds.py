@@ -1,0 +1,286 @@
+"""Block accounting for a model with several cache kinds (DeepSeek-V4): the same calls as `BlockManager`
+(`match_prefix`, `admit`, `ensure`, `commit`, `free_sequence`), one pool per kind.
+
+- The window kind is token-indexed like the full cache and is the sequence's `block_table`. A block
+  whose tokens all lie before the window still needed (`CacheSpec.window` tokens before the next step's
+  first token) is released: its table entry becomes `RELEASED` and the block returns to the free queue,
+  still registered in the prefix cache until it is handed out again.
+- A compressed kind of rate m has `max(1, block_size // m)` rows per block, so each of its blocks is
+  complete exactly when a token block is (one token block for m <= block_size, m / block_size of them
+  otherwise); a complete block is registered under the chained hash of that token block.
+- A prefix hit of h tokens needs only the window blocks of the trailing `window` tokens before h plus
+  every compressed block covering entries [0, h // m): then the next token has everything it reads.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from recipe.engine.block_manager import chain_hash
+from recipe.engine.layers.v4_kv import RELEASED, CacheSpec
+from recipe.engine.sequence import Sequence
+
+_ROOT = b""
+
+
+def rows_per_block(spec: CacheSpec, block_size: int) -> int:
+    return max(1, block_size // spec.tokens_per_row)
+
+
+def tokens_per_block(spec: CacheSpec, block_size: int) -> int:
+    return max(block_size, spec.tokens_per_row)
+
+
+def kind_block_counts(specs: list[CacheSpec], num_blocks: int, block_size: int, max_seqs: int) -> dict[str, int]:
+    """Blocks per kind for a pool of `num_blocks` window blocks: the same token capacity in every kind, plus
+    one partly filled compressed block per sequence."""
+    counts = {}
+    for s in specs:
+        if s.tokens_per_row == 1:
+            counts[s.name] = num_blocks
+        else:
+            counts[s.name] = -(-num_blocks * block_size // tokens_per_block(s, block_size)) + max_seqs
+    return counts
+
+
+class KindPool:
+    """One kind's blocks: reference counts, a least-recently-freed queue, and prefix-cache registrations."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.ref = [0] * num_blocks
+        self.hash_of: list[bytes | None] = [None] * num_blocks
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.cached: dict[bytes, int] = {}
+
+    def take(self, block: int) -> None:
+        if self.ref[block] == 0:
+            del self.free[block]
+        self.ref[block] += 1
+
+    def allocate(self) -> int:
+        block, _ = self.free.popitem(last=False)
+        h = self.hash_of[block]
+        if h is not None:
+            if self.cached.get(h) == block:
+                del self.cached[h]
+            self.hash_of[block] = None
+        self.ref[block] = 1
+        return block
+
+    def release(self, block: int) -> None:
+        assert self.ref[block] > 0, f"double free of block {block}"
+        self.ref[block] -= 1
+        if self.ref[block] == 0:
+            self.free[block] = None
+
+    def register(self, block: int, h: bytes) -> None:
+        if self.hash_of[block] is None and h not in self.cached:
+            self.hash_of[block] = h
+            self.cached[h] = block
+
+
+class MultiKindBlockManager:
+    def __init__(self, specs: list[CacheSpec], num_blocks: int, block_size: int,
+                 enable_prefix_caching: bool = True, max_seqs: int = 64, release_window: bool = True) -> None:
+        assert specs[0].tokens_per_row == 1 and specs[0].window is not None, "the first kind is the window"
+        for s in specs[1:]:
+            m = s.tokens_per_row
+            assert block_size % m == 0 or m % block_size == 0, f"rate {m} and block size {block_size} do not nest"
+        self.specs, self.block_size, self.num_blocks = specs, block_size, num_blocks
+        self.window = specs[0].window
+        self.enable_prefix_caching = enable_prefix_caching
+        self.release_window = release_window
+        self.counts = kind_block_counts(specs, num_blocks, block_size, max_seqs)
+        self.pools = {s.name: KindPool(self.counts[s.name]) for s in specs}
+        self.tables: dict[int, dict[str, list[int]]] = {}  # seq_id -> compressed kind -> blocks
+        self.hashes: dict[int, list[bytes]] = {}  # seq_id -> chained hash of each committed token block
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.released_blocks = 0  # window blocks given back as the window slid past them
+        self._matched: dict[int, dict[str, list[int]]] = {}
+        self._window_of: dict[int, list[int]] = {}  # seq_id -> its window table (to share a forked prefix)
+
+    # ----- accounting -----------------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return min(len(p.free) * self.num_blocks // self.counts[n] for n, p in self.pools.items())
+
+    @property
+    def usage(self) -> float:
+        return max(1.0 - len(p.free) / self.counts[n] for n, p in self.pools.items())
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return (num_tokens + self.block_size - 1) // self.block_size
+
+    def _needed(self, spec: CacheSpec, num_tokens: int) -> int:
+        rows = num_tokens // spec.tokens_per_row
+        per = rows_per_block(spec, self.block_size)
+        return (rows + per - 1) // per
+
+    def tables_for(self, seq: Sequence) -> dict[str, list[int]]:
+        """Every kind's block table (copies), the window kind's with `RELEASED` entries."""
+        out = {self.specs[0].name: list(seq.block_table)}
+        out.update({k: list(v) for k, v in self.tables.get(seq.seq_id, {}).items()})
+        return out
+
+    # ----- prefix cache ---------------------------------------------------------------------------------
+    def _owner_block(self, spec: CacheSpec, j: int) -> int:
+        """The token block whose completion completes compressed block j."""
+        bs, m = self.block_size, spec.tokens_per_row
+        return j if m <= bs else (j + 1) * m // bs - 1
+
+    def match_prefix(self, seq: Sequence) -> list[int]:
+        """Window blocks (`RELEASED` before the window) of the longest prefix whose every kind is cached."""
+        self._matched.pop(seq.seq_id, None)
+        if not self.enable_prefix_caching:
+            return []
+        bs, tokens = self.block_size, seq.token_ids
+        window_pool = self.pools[self.specs[0].name]
+        hashes: list[bytes] = []
+        present: list[int | None] = []
+        h = _ROOT
+        for i in range((len(tokens) - 1) // bs):
+            h = chain_hash(h, tokens[i * bs : (i + 1) * bs])
+            hashes.append(h)
+            present.append(window_pool.cached.get(h))
+        best: tuple[int, list[int], dict[str, list[int]]] | None = None
+        for i in range(len(hashes)):
+            end = (i + 1) * bs
+            first = max(0, end - self.window) // bs
+            if any(present[b] is None for b in range(first, i + 1)):
+                continue
+            kinds: dict[str, list[int]] = {}
+            for spec in self.specs[1:]:
+                pool, blocks = self.pools[spec.name], []
+                for j in range(self._needed(spec, end)):
+                    block = pool.cached.get(hashes[self._owner_block(spec, j)])
+                    if block is None:
+                        break
+                    blocks.append(block)
+                else:
+                    kinds[spec.name] = blocks
+                    continue
+                break
+            else:
+                window = [RELEASED] * first + [b for b in present[first : i + 1] if b is not None]
+                best = (i, window, kinds)
+        if best is None:
+            return []
+        self._matched[seq.seq_id] = best[2]
+        return best[1]
+
+    # ----- blocks -----------------------------------------------------------------------------------------
+    def admit(self, seq: Sequence, prefix_block_ids: list[int], num_tokens: int) -> bool:
+        assert not seq.block_table
+        kinds = self._matched.pop(seq.seq_id, None)
+        if kinds is None:
+            kinds = self._shared_kinds(prefix_block_ids)
+        assert kinds is not None, "a prefix must come from match_prefix or a live sequence's blocks"
+        if not self._fits(prefix_block_ids, kinds, num_tokens):
+            return False
+        window = self.pools[self.specs[0].name]
+        for b in prefix_block_ids:
+            if b != RELEASED:
+                window.take(b)
+        for name, blocks in kinds.items():
+            for b in blocks:
+                self.pools[name].take(b)
+        seq.block_table = list(prefix_block_ids)
+        self.tables[seq.seq_id] = {s.name: list(kinds.get(s.name, [])) for s in self.specs[1:]}
+        self.hashes[seq.seq_id] = []
+        self.prefix_queries += len(seq.token_ids)
+        self.prefix_hits += len(prefix_block_ids) * self.block_size
+        ok = self.ensure(seq, num_tokens)
+        assert ok
+        return True
+
+    def _shared_kinds(self, prefix: list[int]) -> dict[str, list[int]] | None:
+        """A forked prefix (the parent's leading window blocks): the parent's compressed blocks for it."""
+        if not prefix:
+            return {}
+        end = len(prefix) * self.block_size
+        for seq_id, kinds in self.tables.items():
+            owner = self._window_of.get(seq_id)
+            if owner is not None and owner[: len(prefix)] == prefix:
+                return {s.name: kinds[s.name][: self._needed(s, end)] for s in self.specs[1:]}
+        return None
+
+    def _fits(self, prefix: list[int], kinds: dict[str, list[int]], num_tokens: int) -> bool:
+        for spec in self.specs:
+            pool = self.pools[spec.name]
+            have = prefix if spec is self.specs[0] else kinds.get(spec.name, [])
+            from_free = sum(1 for b in have if b != RELEASED and pool.ref[b] == 0)
+            need = (self.blocks_needed(num_tokens) if spec is self.specs[0] else self._needed(spec, num_tokens))
+            if need - len(have) > len(pool.free) - from_free:
+                return False
+        return True
+
+    def ensure(self, seq: Sequence, num_tokens: int) -> bool:
+        """Grow every kind's table to hold `num_tokens` tokens (False, nothing changed, if a pool runs out);
+        release the window blocks that slid out before this step."""
+        kinds = self.tables[seq.seq_id]
+        grow = {self.specs[0].name: self.blocks_needed(num_tokens) - len(seq.block_table)}
+        for spec in self.specs[1:]:
+            grow[spec.name] = self._needed(spec, num_tokens) - len(kinds[spec.name])
+        if any(n > len(self.pools[k].free) for k, n in grow.items()):
+            return False
+        for name, n in grow.items():
+            table = seq.block_table if name == self.specs[0].name else kinds[name]
+            for _ in range(max(0, n)):
+                table.append(self.pools[name].allocate())
+        self._window_of[seq.seq_id] = seq.block_table
+        self._release_slid(seq)
+        return True
+
+    def _release_slid(self, seq: Sequence) -> None:
+        self.commit(seq)
+        if not self.release_window:
+            return
+        window = self.pools[self.specs[0].name]
+        for b in range(max(0, seq.num_computed_tokens - self.window) // self.block_size):
+            block = seq.block_table[b]
+            if block != RELEASED:
+                window.release(block)
+                seq.block_table[b] = RELEASED
+                self.released_blocks += 1
+
+    def commit(self, seq: Sequence) -> None:
+        """Register newly computed full blocks of every kind under their token block's chained hash."""
+        if not self.enable_prefix_caching or seq.seq_id not in self.tables:
+            return
+        bs = self.block_size
+        hashes = self.hashes[seq.seq_id]
+        limit = min(seq.num_computed_tokens, len(seq.token_ids)) // bs
+        while len(hashes) < min(limit, len(seq.block_table)):
+            i = len(hashes)
+            hashes.append(chain_hash(hashes[-1] if hashes else _ROOT, seq.token_ids[i * bs : (i + 1) * bs]))
+            if seq.block_table[i] != RELEASED:
+                self.pools[self.specs[0].name].register(seq.block_table[i], hashes[i])
+        kinds = self.tables[seq.seq_id]
+        for spec in self.specs[1:]:
+            for j, block in enumerate(kinds[spec.name]):
+                owner = self._owner_block(spec, j)
+                if owner < len(hashes):
+                    self.pools[spec.name].register(block, hashes[owner])
+
+    def free_sequence(self, seq: Sequence) -> None:
+        self.commit(seq)
+        window = self.pools[self.specs[0].name]
+        for block in reversed(seq.block_table):
+            if block != RELEASED:
+                window.release(block)
+        for name, blocks in self.tables.pop(seq.seq_id, {}).items():
+            for block in reversed(blocks):
+                self.pools[name].release(block)
+        self.hashes.pop(seq.seq_id, None)
+        self._window_of.pop(seq.seq_id, None)
+        seq.block_table = []
+        seq.block_hashes = []
+        seq.num_hashed_blocks = 0
+
+    def check_invariants(self) -> None:
+        for pool in self.pools.values():
+            for b, r in enumerate(pool.ref):
+                assert r >= 0 and (r == 0) == (b in pool.free), b
+            for h, b in pool.cached.items():
+                assert pool.hash_of[b] == h
