@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 from recipe.engine.block_manager import chain_hash
 from recipe.engine.layers.v4_kv import RELEASED, CacheSpec
@@ -97,8 +99,25 @@ class MultiKindBlockManager:
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.released_blocks = 0  # window blocks given back as the window slid past them
+        self.restored_tokens = 0  # lower KV tiers are not used with several kinds: always 0
         self._matched: dict[int, dict[str, list[int]]] = {}
         self._window_of: dict[int, list[int]] = {}  # seq_id -> its window table (to share a forked prefix)
+
+    # ----- lower KV tiers (not supported with several cache kinds) -----------------------------------------
+    @property
+    def tiers(self) -> Any:
+        return None
+
+    @tiers.setter
+    def tiers(self, value: Any) -> None:
+        if value is not None:
+            raise ValueError("the lower KV tiers do not support models with several cache kinds (DeepSeek-V4) yet")
+
+    def take_pending_writes(self) -> list[Callable[[], None]]:
+        return []
+
+    def offload(self, seq: Sequence, num_written_tokens: int) -> None:
+        return
 
     # ----- accounting -----------------------------------------------------------------------------------
     @property
@@ -129,7 +148,7 @@ class MultiKindBlockManager:
         bs, m = self.block_size, spec.tokens_per_row
         return j if m <= bs else (j + 1) * m // bs - 1
 
-    def match_prefix(self, seq: Sequence) -> list[int]:
+    def match_prefix(self, seq: Sequence, wait: bool = True) -> list[int]:
         """Window blocks (`RELEASED` before the window) of the longest prefix whose every kind is cached."""
         self._matched.pop(seq.seq_id, None)
         if not self.enable_prefix_caching:
