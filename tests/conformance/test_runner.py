@@ -6,12 +6,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import API_KEY
 from fake_server import ServerThread, create_app
 
 from recipe.cli import main as recipe_main
 from recipe.conformance import REGISTRY, run
 from recipe.conformance.report import write_html, write_json, write_junit
+
+API_KEY = "test-key-123"  # the key of the fake server in this folder's conftest.py (a second conftest elsewhere shadows `import conftest`)
 
 # fault -> (the check meant to catch it, the family of checks allowed to notice it too)
 FAULTS = {
