@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from recipe.engine.kv_cache import CacheSpec
-from recipe.engine.layers.attention_plan import AttentionPlan
+from recipe.engine.layers.attention_plan import AttentionPlan, PrefillSpan
 from torch import nn
 
 
@@ -20,6 +20,25 @@ def _gather(cache: torch.Tensor, blocks: torch.Tensor, length: int, dtype: torch
     far faster than advanced indexing)."""
     g = cache.index_select(0, blocks)
     return g.view(-1, g.shape[-2], g.shape[-1])[:length].to(dtype)
+
+
+def _context_kv(k_cache: torch.Tensor, v_cache: torch.Tensor | None, blocks: torch.Tensor, length: int,
+                dtype: torch.dtype, value_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sequence's keys and values [kv_heads, length, dim] read back through its blocks (with no V
+    cache, the values are the keys' first `value_dim` features: MLA's latent cache)."""
+    k = _gather(k_cache, blocks, length, dtype).transpose(0, 1)
+    v = k[..., :value_dim] if v_cache is None else _gather(v_cache, blocks, length, dtype).transpose(0, 1)
+    return k, v
+
+
+def _attend_span(q: torch.Tensor, p: PrefillSpan, k: torch.Tensor, v: torch.Tensor, scale: float, group: int) -> torch.Tensor:
+    """A prefill span's queries q[p.start:p.end] over k/v [kv_heads, L, D] -> [span, heads, value_dim]:
+    causal, or under the span's mask when it has a cached prefix; one 4-D SDPA call."""
+    o = F.scaled_dot_product_attention(
+        q[p.start : p.end].transpose(0, 1)[None], k[None], v[None], attn_mask=p.mask,
+        is_causal=p.mask is None, scale=scale, enable_gqa=group > 1,
+    )
+    return o[0].transpose(0, 1)
 
 
 def paged_attend(
@@ -54,18 +73,12 @@ def paged_attend(
     out = q.new_empty(n, heads, value_dim)
     for d in plan.decodes:
         # The query heads sharing a KV head act as that head's queries: no mask, no repeated K/V.
-        k = _gather(k_cache, d.blocks, d.context_len, dtype).transpose(0, 1)  # [Hkv, L, Dk]
-        v = k[..., :value_dim] if v_cache is None else _gather(v_cache, d.blocks, d.context_len, dtype).transpose(0, 1)
+        k, v = _context_kv(k_cache, v_cache, d.blocks, d.context_len, dtype, value_dim)  # [Hkv, L, D]
         o = F.scaled_dot_product_attention(q[d.row].view(1, kv_heads, group, dk), k[None], v[None], scale=scale)
         out[d.row] = o.reshape(heads, value_dim)
     for p in plan.prefills:
-        k = _gather(k_cache, p.blocks, p.context_len, dtype).transpose(0, 1)
-        v = k[..., :value_dim] if v_cache is None else _gather(v_cache, p.blocks, p.context_len, dtype).transpose(0, 1)
-        o = F.scaled_dot_product_attention(
-            q[p.start : p.end].transpose(0, 1)[None], k[None], v[None], attn_mask=p.mask,
-            is_causal=p.mask is None, scale=scale, enable_gqa=group > 1,
-        )
-        out[p.start : p.end] = o[0].transpose(0, 1)
+        k, v = _context_kv(k_cache, v_cache, p.blocks, p.context_len, dtype, value_dim)
+        out[p.start : p.end] = _attend_span(q, p, k, v, scale, group)
     return out
 
 
@@ -101,13 +114,8 @@ def _attend_batched(
             k = k_new[p.start : p.end].transpose(0, 1)
             v = k[..., :value_dim] if v_new is None else v_new[p.start : p.end].transpose(0, 1)
         else:
-            k = _gather(k_cache, p.blocks, p.context_len, dtype).transpose(0, 1)
-            v = k[..., :value_dim] if v_cache is None else _gather(v_cache, p.blocks, p.context_len, dtype).transpose(0, 1)
-        o = F.scaled_dot_product_attention(
-            q[p.start : p.end].transpose(0, 1)[None], k[None], v[None], attn_mask=p.mask,
-            is_causal=p.mask is None, scale=scale, enable_gqa=group > 1,
-        )
-        out[p.start : p.end] = o[0].transpose(0, 1)
+            k, v = _context_kv(k_cache, v_cache, p.blocks, p.context_len, dtype, value_dim)
+        out[p.start : p.end] = _attend_span(q, p, k, v, scale, group)
     return out
 
 
