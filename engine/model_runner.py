@@ -18,7 +18,7 @@ import torch
 from recipe.engine import device as devices
 from recipe.engine.context import AttentionContext, reset_context, set_context
 from recipe.engine.kv_cache import KVCache
-from recipe.engine.layers.moe import MoE
+from recipe.engine.layers.routed_experts import RoutedExperts
 from recipe.engine.sampler import Sampler, SamplerOutput, SamplingRow
 from recipe.engine.scheduler import PLACEHOLDER, SchedulerOutput
 
@@ -80,7 +80,7 @@ class ModelRunner:
         if weight_format != "dtype":
             model.quantize_weights(weight_format)
         for module in model.modules():
-            if isinstance(module, MoE):
+            if isinstance(module, RoutedExperts):
                 module.backend = moe_backend
         self.block_size = block_size
         self.num_blocks = num_blocks

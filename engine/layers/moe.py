@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from recipe.engine.layers.gated_mlp import GatedMLP
+from recipe.engine.layers.routed_experts import Activation, RoutedExperts, silu_and_mul
 from torch import nn
 
 
@@ -46,70 +47,17 @@ class GroupedTopKRouter(nn.Module):
         return weights * self.routed_scaling_factor, ids
 
 
-class MoE(nn.Module):
-    """Routed experts (stacked weights [E, 2I, H] and [E, H, I]) plus always-on shared experts.
-
-    `backend` "grouped" computes the routed experts in two batched matmuls; "loop" (the reference) walks
-    the experts from a host copy of the counts."""
+class MoE(RoutedExperts):
+    """Routed experts (see `RoutedExperts`) plus always-on shared experts, routed by grouped top-k."""
 
     def __init__(
         self, hidden_size: int, moe_intermediate_size: int, num_experts: int, num_shared_experts: int,
-        router: GroupedTopKRouter,
+        router: GroupedTopKRouter, activation: Activation = silu_and_mul,
     ) -> None:
-        super().__init__()
-        self.num_experts, self.inter = num_experts, moe_intermediate_size
+        super().__init__(hidden_size, moe_intermediate_size, num_experts, activation)
         self.gate = router
-        self.w_gate_up = nn.Parameter(torch.empty(num_experts, 2 * moe_intermediate_size, hidden_size))
-        self.w_down = nn.Parameter(torch.empty(num_experts, hidden_size, moe_intermediate_size))
         self.shared = GatedMLP(hidden_size, moe_intermediate_size * num_shared_experts)
-        self.backend = "grouped"  # or "loop" (EngineConfig.moe_backend)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weights, ids = self.gate(x)
-        routed = self._loop(x, weights, ids) if self.backend == "loop" else self._grouped(x, weights, ids)
-        return routed + self.shared(x)
-
-    def _grouped(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """Sort the (token, expert) pairs by expert, lay each active expert's tokens out as one row of a
-        padded [experts, capacity, H] batch, and run the two expert matmuls as two batched matmuls."""
-        n, k = ids.shape
-        flat = ids.reshape(-1)
-        order = flat.argsort(stable=True)
-        by_expert = flat[order]
-        counts = torch.bincount(flat, minlength=self.num_experts)
-        active = counts.nonzero().squeeze(1)
-        capacity = int(counts.max())
-        group = torch.full((self.num_experts,), -1, dtype=torch.int64, device=x.device)
-        group[active] = torch.arange(active.numel(), device=x.device)
-        slot = torch.arange(n * k, device=x.device) - (counts.cumsum(0) - counts)[by_expert]
-        g = group[by_expert]
-        token = order // k
-        batch = x.new_zeros(active.numel(), capacity, x.shape[1])
-        batch[g, slot] = x.index_select(0, token)
-        every = active.numel() == self.num_experts
-        w_gate_up = self.w_gate_up if every else self.w_gate_up.index_select(0, active)
-        w_down = self.w_down if every else self.w_down.index_select(0, active)
-        gate, up = torch.bmm(batch, w_gate_up.transpose(1, 2)).split(self.inter, dim=-1)
-        h = torch.bmm(F.silu(gate) * up, w_down.transpose(1, 2))[g, slot]
-        out = torch.zeros_like(x)
-        return out.index_add_(0, token, (h * weights.view(-1)[order, None]).to(out.dtype))
-
-    def _loop(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """The reference: one matmul pair per expert that has tokens."""
-        k = ids.shape[1]
-        flat = ids.reshape(-1)
-        order = flat.argsort(stable=True)
-        counts = torch.bincount(flat, minlength=self.num_experts).tolist()
-        token_of = order // k
-        out = torch.zeros_like(x)
-        start = 0
-        for e, c in enumerate(counts):
-            if c == 0:
-                continue
-            sel = order[start : start + c]
-            tok = token_of[start : start + c]
-            start += c
-            gate, up = F.linear(x[tok], self.w_gate_up[e]).split(self.inter, dim=-1)
-            h = F.linear(F.silu(gate) * up, self.w_down[e])
-            out.index_add_(0, tok, (h * weights.view(-1)[sel, None]).to(out.dtype))
-        return out
+        return self.routed(x, weights, ids) + self.shared(x)

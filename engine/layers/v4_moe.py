@@ -7,8 +7,11 @@ chosen scores are normalised to sum to one and scaled by `routed_scaling_factor`
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
+from recipe.engine.layers.routed_experts import RoutedExperts
 from torch import nn
 
 SCORE_FUNCTIONS = {
@@ -52,34 +55,17 @@ class V4Router(nn.Module):
         return weights * self.scaling, ids
 
 
-class V4MoE(nn.Module):
-    """Routed experts (stacked [E, 2I, D] gate|up and [E, D, I] down) plus the shared expert."""
+class V4MoE(RoutedExperts):
+    """Routed experts (see `RoutedExperts`, clamped SwiGLU) plus the shared expert."""
 
     def __init__(self, hidden_size: int, inter: int, num_experts: int, router: V4Router, swiglu_limit: float) -> None:
-        super().__init__()
-        self.num_experts, self.inter, self.limit = num_experts, inter, swiglu_limit
+        super().__init__(hidden_size, inter, num_experts, partial(clamped_swiglu, limit=swiglu_limit))
+        self.limit = swiglu_limit
         self.gate = router
-        self.w_gate_up = nn.Parameter(torch.empty(num_experts, 2 * inter, hidden_size))
-        self.w_down = nn.Parameter(torch.empty(num_experts, hidden_size, inter))
         self.shared_gate_up = nn.Linear(hidden_size, 2 * inter, bias=False)
         self.shared_down = nn.Linear(inter, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
         weights, ids = self.gate(x, token_ids)
-        k = ids.shape[1]
-        flat = ids.reshape(-1)
-        order = flat.argsort(stable=True)
-        counts = torch.bincount(flat, minlength=self.num_experts).tolist()
-        token_of = order // k
-        out = torch.zeros_like(x)
-        start = 0
-        for e, c in enumerate(counts):
-            if c == 0:
-                continue
-            sel, tok = order[start : start + c], token_of[start : start + c]
-            start += c
-            gate, up = F.linear(x[tok], self.w_gate_up[e]).split(self.inter, dim=-1)
-            h = F.linear(clamped_swiglu(gate, up, self.limit), self.w_down[e])
-            out.index_add_(0, tok, (h * weights.view(-1)[sel, None].to(h.dtype)).to(out.dtype))
         gate, up = self.shared_gate_up(x).split(self.inter, dim=-1)
-        return out + self.shared_down(clamped_swiglu(gate, up, self.limit))
+        return self.routed(x, weights, ids) + self.shared_down(clamped_swiglu(gate, up, self.limit))
