@@ -199,6 +199,13 @@ class BlockManager:
             seq.block_table.append(self._allocate())
         return True
 
+    def truncate(self, seq: Sequence, num_tokens: int) -> None:
+        """Give back `seq`'s blocks past the first `num_tokens` tokens (rejected speculative tokens' KV)."""
+        keep = self.blocks_needed(num_tokens)
+        assert keep >= seq.num_hashed_blocks, (keep, seq.num_hashed_blocks)
+        while len(seq.block_table) > keep:
+            self._release(seq.block_table.pop())
+
     def commit(self, seq: Sequence) -> None:
         """Register `seq`'s newly full blocks (KV computed, token ids known) in the prefix cache."""
         if not self.enable_prefix_caching:

@@ -49,6 +49,12 @@ class EngineConfig:
     attention_backend: str = "reference"
     weight_format: str = "dtype"  # "dtype": weights in `dtype`; "int8" / "int4": weight-only quantised linears
     moe_backend: str = "grouped"  # "loop": one matmul pair per expert
+    # Speculative decoding (engine/speculative): None = off; "ngram", "draft-head" or "mtp". Draft tokens per
+    # step: an int, or "auto" (per sequence and step, from the drafter's confidences and the step cost model,
+    # which is read from `speculative_cost_model` (a JSON file) or else profiled at start-up).
+    speculative: str | None = None
+    num_speculative_tokens: int | str = "auto"
+    speculative_cost_model: str | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -72,6 +78,12 @@ class EngineConfig:
             (self.weight_format in ("dtype", "int8", "int4"),
              f"weight_format must be 'dtype', 'int8' or 'int4', got {self.weight_format!r}"),
             (self.moe_backend in ("grouped", "loop"), f"moe_backend must be 'grouped' or 'loop', got {self.moe_backend!r}"),
+            (self.speculative in (None, "ngram", "draft-head", "mtp"),
+             f"speculative must be None, 'ngram', 'draft-head' or 'mtp', got {self.speculative!r}"),
+            (self.num_speculative_tokens == "auto" or (isinstance(self.num_speculative_tokens, int)
+                                                       and not isinstance(self.num_speculative_tokens, bool)
+                                                       and 1 <= self.num_speculative_tokens <= 16),
+             f"num_speculative_tokens must be 'auto' or an int in [1, 16], got {self.num_speculative_tokens!r}"),
         ]
         for ok, message in checks:
             if not ok:

@@ -41,6 +41,7 @@ class EngineStats:
     model_busy_s: float  # time the model thread spent running steps
     kv_tiers: Any = None  # kv_tiers.TierSnapshot when the lower KV tiers are on
     restored_tokens: int = 0  # prompt tokens restored from the lower KV tiers (part of prefix_cache_hits)
+    speculative: Any = None  # speculative.SpecMetrics when speculative decoding is on
 
 
 def load(model: Any, dtype: Any, device: Any) -> tuple[Any, Any]:
@@ -91,7 +92,17 @@ class LLMEngine:
         # The model always runs on this one thread (so both modes run it alike); only async mode overlaps.
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             1, thread_name_prefix="recipe-model", initializer=devices.set_num_threads, initargs=(self.num_threads,))
-        self.async_scheduling = cfg.async_scheduling
+        self.speculator: Any = None
+        if cfg.speculative is not None:
+            from recipe.engine.speculative import build_speculator
+
+            self.speculator = build_speculator(
+                cfg, model=self.model, runner=self.runner, block_manager=self.block_manager,
+                run_on_model_thread=lambda fn: self._executor.submit(fn).result(),  # type: ignore[union-attr]
+                max_model_len=self.max_model_len, vocab_size=self.vocab_size)
+        # Speculation drafts from each sequence's last token and the next step's positions depend on how many
+        # drafts the step in flight accepts: with it on, each step waits for its predecessor (no overlap).
+        self.async_scheduling = cfg.async_scheduling and self.speculator is None
         self._inflight: deque[tuple[SchedulerOutput, Future[StepResult]]] = deque()
         self.requests: dict[str, list[Sequence]] = {}
         self._first_token_time: dict[int, float] = {}
@@ -158,6 +169,8 @@ class LLMEngine:
         """Run one step; returns the output deltas of the step that completed (if any)."""
         if self._executor is None:
             raise RuntimeError("the engine was shut down")
+        if self.speculator is not None:
+            self.speculator.draft(self.scheduler.running)
         sched = self.scheduler.schedule()
         if not self.async_scheduling:
             if not sched:
@@ -181,34 +194,47 @@ class LLMEngine:
                 if s.seq.block_table:
                     self.block_manager.commit(s.seq)
                     self.block_manager.offload(s.seq, s.start + s.num_tokens)
+        spec = self.speculator
+        if spec is not None and result.num_accepted is not None:
+            spec.observe_step(len(sched.scheduled), sched.num_tokens, result.end_time - result.start_time)
         for s in sched.scheduled:
             if not s.sample:
                 continue
             seq = s.seq
-            token, logprob, terminated = result.token_ids[row], result.logprobs[row], result.terminated[row]
+            dead = bool(result.dead_end and result.dead_end[row])
+            if result.emitted is not None:
+                assert result.emitted_logprobs is not None and result.num_accepted is not None
+                tokens, logprobs = result.emitted[row], result.emitted_logprobs[row]
+                if s.draft_ids:  # before anything can finish it: the prefix cache must not see draft KV
+                    spec.settle(seq, s.start, len(s.draft_ids), result.num_accepted[row])
+            else:
+                tokens, logprobs = ([] if dead else [result.token_ids[row]]), [result.logprobs[row]]
+            terminated = result.terminated[row]
             row += 1
             seq.num_pending -= 1
             if seq.is_finished:
                 continue  # ended (or aborted) while this step was in flight
             self._first_token_time.setdefault(seq.seq_id, now)
             p = seq.params
-            if result.dead_end and result.dead_end[row - 1]:  # the constraint has no way on: end, emit nothing
-                self._finish(seq, "dead_end")
-                outputs.append(self._output(seq, (), None, now))
-                continue
-            if token in p.stop_token_ids or (token in self.eos_token_ids and not p.ignore_eos):
-                seq.stop_token_id = token
-                self._finish(seq, "stop")
-                outputs.append(self._output(seq, (), None, now))
-                continue
-            seq.token_ids.append(token)
-            seq.token_times.append(now)
-            self.output_tokens += 1
-            if terminated:
-                self._finish(seq, "stop")
-            elif len(seq.token_ids) - seq.num_prompt_tokens >= p.max_tokens or len(seq.token_ids) >= self.max_model_len:
-                self._finish(seq, "length")
-            outputs.append(self._output(seq, (token,), (logprob,) if p.logprobs is not None else None, now))
+            new: list[int] = []
+            reason = "dead_end" if dead else ("stop" if terminated else None)  # after the tokens, if they all go
+            for token in tokens:  # a dead end emits nothing more: the constraint refused what came next
+                if token in p.stop_token_ids or (token in self.eos_token_ids and not p.ignore_eos):
+                    seq.stop_token_id = token
+                    reason = "stop"
+                    break
+                seq.token_ids.append(token)
+                seq.token_times.append(now)
+                self.output_tokens += 1
+                new.append(token)
+                if len(seq.token_ids) - seq.num_prompt_tokens >= p.max_tokens or len(seq.token_ids) >= self.max_model_len:
+                    reason = "stop" if terminated and len(new) == len(tokens) else "length"
+                    break
+            if reason is not None:
+                self._finish(seq, reason)
+            if new or reason is not None:
+                lps = tuple(logprobs[: len(new)]) if p.logprobs is not None else None
+                outputs.append(self._output(seq, tuple(new), lps, now))
         for s in sched.scheduled:
             if s.seq.block_table:
                 self.block_manager.commit(s.seq)
@@ -240,7 +266,8 @@ class LLMEngine:
             num_kv_blocks=bm.num_blocks, prefix_cache_queries=bm.prefix_queries, prefix_cache_hits=bm.prefix_hits,
             prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens, steps=self.steps,
             model_busy_s=self.model_busy_s,
-            kv_tiers=None if self.kv_tiers is None else self.kv_tiers.snapshot(), restored_tokens=bm.restored_tokens)
+            kv_tiers=None if self.kv_tiers is None else self.kv_tiers.snapshot(), restored_tokens=bm.restored_tokens,
+            speculative=None if self.speculator is None else self.speculator.metrics.snapshot())
 
     def drain(self) -> list[RequestOutput]:
         """Wait for steps in flight and post-process them."""

@@ -39,6 +39,7 @@ class PreparedStep:
     pending_history: list[bool] = field(default_factory=list)  # row's histories lack the placeholder token
     kv_writes: list[Callable[[], None]] = field(default_factory=list)  # restored KV, written before forward
     kind_tables: dict[str, np.ndarray] | None = None  # several cache kinds: kind -> [B, max_blocks], -1 padded
+    draft_ids: list[list[int]] = field(default_factory=list)  # per sampling row: its speculative tokens
 
 
 @dataclass
@@ -51,6 +52,11 @@ class StepResult:
     # The row's constraint has no way on: it allowed no token, or refused the sampled one. The row's token
     # is not part of the output; the sequence ends with finish reason "dead_end".
     dead_end: list[bool] = field(default_factory=list)
+    # Speculative steps (engine/speculative/verification.py): per row, the tokens it emits (accepted drafts,
+    # then the target's own; none past a dead end), their logprobs, and how many drafts were accepted.
+    emitted: list[list[int]] | None = None
+    emitted_logprobs: list[list[Any]] | None = None
+    num_accepted: list[int] | None = None
 
 
 def kv_cache_blocks(model: Any, *, block_size: int, dtype: torch.dtype, device: torch.device,
@@ -108,6 +114,7 @@ class ModelRunner:
         rows: list[SamplingRow] = []
         matchers: list[Any] = []
         pending_history: list[bool] = []
+        drafts: list[list[int]] = []
         max_blocks = max(len(s.block_table) for s in sched.scheduled)
         tables = np.full((len(sched.scheduled), max_blocks), -1, dtype=np.int64)
         for b, s in enumerate(sched.scheduled):
@@ -127,12 +134,13 @@ class ModelRunner:
                 known = seq.token_ids
                 pending = s.input_ids[-1] == PLACEHOLDER
                 rows.append(SamplingRow(
-                    params=p, index=seq.index, position=s.start + s.num_tokens,
+                    params=p, index=seq.index, position=s.start + s.num_tokens - len(s.draft_ids),
                     output_ids=known[seq.num_prompt_tokens:] if (p.presence_penalty or p.frequency_penalty) else None,
                     context_ids=list(known) if p.repetition_penalty != 1.0 else None,
                 ))
                 matchers.append(seq.matcher)
                 pending_history.append(pending)
+                drafts.append(s.draft_ids)
         return PreparedStep(
             input_ids=np.asarray(ids, dtype=np.int64), placeholders=placeholders,
             positions=np.concatenate(positions), slot_mapping=np.concatenate(slots),
@@ -140,7 +148,7 @@ class ModelRunner:
             context_lens=[s.start + s.num_tokens for s in sched.scheduled],
             block_tables=tables, sample_rows=sample_rows, sample_seq_ids=sample_seq_ids, rows=rows,
             matchers=matchers, pending_history=pending_history, kv_writes=sched.kv_writes,
-            kind_tables=self._kind_tables(sched),
+            kind_tables=self._kind_tables(sched), draft_ids=drafts,
         )
 
     def _kind_tables(self, sched: SchedulerOutput) -> dict[str, np.ndarray] | None:
@@ -193,6 +201,10 @@ class ModelRunner:
         if not step.rows:
             devices.synchronize(dev)
             return StepResult([], [], [], start, time.perf_counter(), [])
+        if any(step.draft_ids):
+            from recipe.engine.speculative.verify_step import verify_step
+
+            return verify_step(self, step, hidden, start)
         logits = self.model.compute_logits(hidden[torch.tensor(step.sample_rows, device=dev)])
         bitmask, dead_end = self._bitmask(step.matchers, logits.shape[1])
         out: SamplerOutput = self.sampler(logits, step.rows, bitmask)

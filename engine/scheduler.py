@@ -35,6 +35,7 @@ class ScheduledSequence:
     input_ids: list[int]
     sample: bool
     block_table: list[int]
+    draft_ids: list[int] = field(default_factory=list)  # speculative tokens: the last len(draft_ids) inputs
 
 
 @dataclass
@@ -70,6 +71,8 @@ class Scheduler:
 
     def _wants_step(self, seq: Sequence) -> bool:
         """False while the only thing left is to learn whether the token in flight ends the sequence."""
+        if seq.num_computed_tokens >= len(seq):
+            return False  # a speculative step is in flight: its accepted length decides what comes next
         if seq.num_pending == 0:
             return True
         return seq.num_output_tokens < seq.params.max_tokens and len(seq) < self.max_model_len
@@ -85,7 +88,7 @@ class Scheduler:
             i += 1
             if not self._wants_step(seq):
                 continue
-            n = min(len(seq) - seq.num_computed_tokens, budget)
+            n = min(len(seq) - seq.num_computed_tokens + len(seq.draft_ids), budget)
             assert n > 0, seq
             while not bm.ensure(seq, seq.num_computed_tokens + n):
                 victim = self.running[-1]
@@ -152,14 +155,19 @@ class Scheduler:
         end = start + n
         known = len(seq.token_ids)
         ids = seq.token_ids[start:min(end, known)]
-        if end > known:
+        drafts = seq.draft_ids[: max(0, end - len(seq))]  # the token budget may cut a draft short
+        seq.draft_ids = []
+        if drafts:
+            assert seq.num_pending == 0 and start == known - 1, seq
+            ids.extend(drafts)
+        elif end > known:
             assert end == known + 1 and seq.num_pending == 1, seq
             ids.append(PLACEHOLDER)
-        sample = end == len(seq)
+        sample = end >= len(seq)
         seq.num_computed_tokens = end
         if sample:
             seq.num_pending += 1
-        return ScheduledSequence(seq, start, n, ids, sample, list(seq.block_table))
+        return ScheduledSequence(seq, start, n, ids, sample, list(seq.block_table), drafts)
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)

@@ -50,6 +50,7 @@ class Sequence:
         self.token_times: list[float] = []
         self.logprobs: list[tuple[float, list[tuple[int, float]]] | None] = []
         self.num_preemptions = 0
+        self.draft_ids: list[int] = []  # speculative tokens to verify in the next step (engine/speculative)
 
     def __repr__(self) -> str:
         return (f"Sequence({self.request_id}#{self.index}, status={self.status.value}, len={len(self)}, "

@@ -81,6 +81,23 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="reuse the KV of earlier requests' common prefixes (default on)")
     g.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                    help="schedule the next step while the current one runs (default on)")
+    g.add_argument("--speculative", default=None, choices=("ngram", "draft-head", "mtp"), metavar="METHOD",
+                   help="speculative decoding drafter: ngram, draft-head or mtp (default off)")
+    g.add_argument("--num-speculative-tokens", default=None, type=speculative_tokens, metavar="K|auto",
+                   help="draft tokens per step: an integer, or auto (per sequence, by confidence; default)")
+
+
+def speculative_tokens(value: str) -> int | str:
+    """`--num-speculative-tokens`: "auto" or a positive integer."""
+    if value == "auto":
+        return value
+    try:
+        k = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {value!r}") from None
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 draft token, got {k}")
+    return k
 
 
 # CLI flag (argparse dest) -> EngineConfig field
@@ -88,6 +105,7 @@ ENGINE_OPTIONS = {
     "dtype": "dtype", "threads": "num_threads", "kv_cache_bytes": "kv_cache_bytes", "max_num_seqs": "max_num_seqs",
     "max_num_batched_tokens": "max_num_batched_tokens", "max_model_len": "max_model_len",
     "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
+    "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",
 }
 
 

@@ -1,0 +1,41 @@
+"""Speculative decoding: drafters propose tokens, the target verifies k+1 positions per sequence in one step.
+
+`build_speculator(config, runner, ...)` makes the engine's `Speculator` for `EngineConfig.speculative`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recipe.engine.speculative.cost_model import StepCost
+from recipe.engine.speculative.drafter import Draft, Drafter
+from recipe.engine.speculative.metrics import SpecMetrics
+from recipe.engine.speculative.ngram import NgramDrafter
+from recipe.engine.speculative.speculator import AUTO_MAX_DRAFT, Speculator
+
+__all__ = ["Draft", "Drafter", "NgramDrafter", "SpecMetrics", "Speculator", "StepCost", "build_speculator"]
+
+
+def make_drafter(method: str, max_draft: int, model: Any) -> Drafter:
+    if method == "ngram":
+        return NgramDrafter(max_draft)
+    raise ValueError(f"speculative={method!r} is not available for this model")
+
+
+def build_speculator(config: Any, *, model: Any, runner: Any, run_on_model_thread: Any, block_manager: Any,
+                     max_model_len: int, vocab_size: int) -> Speculator:
+    """The speculator for `config.speculative` ("auto" lengths: cost model loaded, or profiled now)."""
+    k = config.num_speculative_tokens
+    max_draft = AUTO_MAX_DRAFT if k == "auto" else int(k)
+    drafter = make_drafter(config.speculative, max_draft, model)
+    cost = None
+    if k == "auto":
+        if config.speculative_cost_model is not None:
+            cost = StepCost.load(config.speculative_cost_model)
+        else:
+            from recipe.engine.speculative.profile import profile_step_cost
+
+            cost = run_on_model_thread(lambda: profile_step_cost(
+                runner, max_seqs=min(config.max_num_seqs, 8), max_query=max_draft + 1))
+    return Speculator(drafter, k, block_manager=block_manager, max_model_len=max_model_len,
+                      max_num_batched_tokens=config.max_num_batched_tokens, vocab_size=vocab_size, cost=cost)

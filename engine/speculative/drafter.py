@@ -1,0 +1,38 @@
+"""The drafter interface: what every proposer of draft tokens offers the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from recipe.engine.sequence import Sequence
+
+
+@dataclass
+class Draft:
+    """Proposed continuation of one sequence.
+
+    `confidences[j]` estimates P(token j accepted | tokens before it accepted), calibrated by the drafter;
+    the length policy multiplies them into survival probabilities. `probs` are the drafter's own
+    distributions per position when it samples (None: a deterministic proposal, a point mass).
+    """
+
+    token_ids: list[int] = field(default_factory=list)
+    confidences: list[float] = field(default_factory=list)
+    key: int = 0  # which calibration bucket the confidences came from (drafter-specific)
+
+    def __post_init__(self) -> None:
+        assert len(self.token_ids) == len(self.confidences), (self.token_ids, self.confidences)
+
+    def cut(self, n: int) -> Draft:
+        return Draft(self.token_ids[:n], self.confidences[:n], self.key)
+
+
+class Drafter(Protocol):
+    """Proposes up to `max_lens[i]` tokens for each sequence (fewer, or none, is always allowed)."""
+
+    def propose(self, seqs: list[Sequence], max_lens: list[int]) -> list[Draft]: ...
+
+    def observe(self, draft: Draft, num_accepted: int) -> None:
+        """Verification's verdict on a proposal: the first `num_accepted` of its tokens were accepted."""
+        ...

@@ -1,0 +1,47 @@
+"""Prompt-lookup drafting: continue the sequence the way it continued after an earlier occurrence of its
+final n tokens (n from `max_ngram` down to `min_ngram`; the latest occurrence followed by a whole draft, else
+the earliest). No weights; good wherever output copies input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from recipe.engine.sequence import Sequence
+from recipe.engine.speculative.calibration import AcceptanceTable
+from recipe.engine.speculative.drafter import Draft
+
+
+def lookup(tokens: np.ndarray, max_len: int, min_ngram: int, max_ngram: int) -> tuple[list[int], int]:
+    """(continuation of at most `max_len` tokens, matched n), or ([], 0) when no suffix recurs."""
+    size = len(tokens)
+    for n in range(min(max_ngram, size - 1), min_ngram - 1, -1):
+        windows = sliding_window_view(tokens[: size - 1], n)  # window i is followed by tokens[i + n]
+        hits = np.flatnonzero((windows == tokens[size - n:]).all(axis=1))
+        if hits.size:
+            full = hits[hits + n + max_len <= size]  # matches followed by a whole draft's worth of tokens
+            start = int(full[-1] if full.size else hits[0]) + n
+            return tokens[start:start + max_len].tolist(), n
+    return [], 0
+
+
+class NgramDrafter:
+    """Confidences are per (matched n, position) acceptance rates of its own verified proposals."""
+
+    def __init__(self, max_draft: int, min_ngram: int = 1, max_ngram: int = 4) -> None:
+        assert 1 <= min_ngram <= max_ngram
+        self.min_ngram, self.max_ngram = min_ngram, max_ngram
+        self.table = AcceptanceTable(max_draft)
+
+    def propose(self, seqs: list[Sequence], max_lens: list[int]) -> list[Draft]:
+        out = []
+        for seq, max_len in zip(seqs, max_lens, strict=True):
+            if max_len <= 0:
+                out.append(Draft())
+                continue
+            ids, n = lookup(np.asarray(seq.token_ids, dtype=np.int64), max_len, self.min_ngram, self.max_ngram)
+            out.append(Draft(ids, self.table.confidences(n, len(ids)), key=n))
+        return out
+
+    def observe(self, draft: Draft, num_accepted: int) -> None:
+        self.table.record(draft.key, len(draft.token_ids), num_accepted)

@@ -1,0 +1,62 @@
+"""Start-up profile of the verification step: time of real model steps over a grid of (sequences, tokens).
+
+Each probe is a step of `num_seqs` sequences that each score `query_len` positions after a short context,
+run through `ModelRunner.execute` with drafts, so it times the forward, the logits of every position and
+the verification. It writes only into free KV blocks (nothing is cached yet) and samples nothing anyone
+keeps.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from recipe.engine.sampler import SamplingRow
+from recipe.engine.sampling_params import SamplingParams
+from recipe.engine.speculative.cost_model import StepCost
+
+_PROBE_PARAMS = SamplingParams(temperature=0.0, max_tokens=1)
+
+
+def probe_step(runner: Any, num_seqs: int, query_len: int, context: int) -> Any:
+    """A PreparedStep of `num_seqs` rows, each scoring `query_len` positions after `context` tokens."""
+    from recipe.engine.model_runner import PreparedStep
+
+    bs = runner.block_size
+    per_seq = -(-(context + query_len) // bs)
+    assert num_seqs * per_seq <= runner.num_blocks
+    tables = np.arange(num_seqs * per_seq, dtype=np.int64).reshape(num_seqs, per_seq)
+    pos = np.arange(context, context + query_len, dtype=np.int64)
+    slots = np.concatenate([t[pos // bs] * bs + pos % bs for t in tables])
+    n = num_seqs * query_len
+    return PreparedStep(
+        input_ids=np.zeros(n, dtype=np.int64), placeholders=[], positions=np.tile(pos, num_seqs),
+        slot_mapping=slots, query_lens=[query_len] * num_seqs, context_lens=[context + query_len] * num_seqs,
+        block_tables=tables, sample_rows=[(b + 1) * query_len - 1 for b in range(num_seqs)],
+        sample_seq_ids=list(range(-num_seqs, 0)),
+        rows=[SamplingRow(_PROBE_PARAMS, position=context + 1) for _ in range(num_seqs)],
+        matchers=[None] * num_seqs, pending_history=[False] * num_seqs,
+        draft_ids=[[0] * (query_len - 1) for _ in range(num_seqs)])
+
+
+def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: int = 64,
+                      repeats: int = 2) -> StepCost:
+    """Fit `StepCost` to the median time of `repeats` runs per grid point (after one warm-up run each)."""
+    bs = runner.block_size
+    per_seq = -(-(context + max_query) // bs)
+    top = max(1, min(max_seqs, runner.num_blocks // per_seq))
+    seq_grid = sorted({1, max(1, top // 2), top})
+    query_grid = sorted({2, max(2, (max_query + 2) // 2), max(2, max_query)})
+    samples = []
+    for b in seq_grid:
+        for q in query_grid:
+            step = probe_step(runner, b, q, context)
+            runner.execute(step)
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                runner.execute(step)
+                times.append(time.perf_counter() - t0)
+            samples.append((b, b * q, float(np.median(times))))
+    return StepCost.fit(samples)

@@ -1,0 +1,101 @@
+"""The engine's side of speculative decoding: draft before scheduling, settle after verification.
+
+Before each step `draft` gives every running sequence that is decoding (its last token known, no step in
+flight) a `draft_ids` list; the scheduler charges 1 + len(draft_ids) tokens and the model runner scores
+all of them in one step (a prefill span over the paged KV). After the step `settle` rolls back what was
+rejected: `num_computed_tokens` drops to the accepted length and blocks past it return to the pool.
+Draft tokens never enter `token_ids` unless accepted, so the prefix cache never registers them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from recipe.engine.sequence import Sequence, SequenceStatus
+from recipe.engine.speculative.constrained_drafts import admissible_prefix, can_speculate
+from recipe.engine.speculative.cost_model import StepCost
+from recipe.engine.speculative.drafter import Draft, Drafter
+from recipe.engine.speculative.length_policy import choose_lengths
+from recipe.engine.speculative.metrics import SpecMetrics
+
+AUTO_MAX_DRAFT = 8  # the longest draft "auto" considers
+
+
+class Speculator:
+    def __init__(self, drafter: Drafter, num_speculative_tokens: int | str, *, block_manager: Any,
+                 max_model_len: int, max_num_batched_tokens: int, vocab_size: int,
+                 cost: StepCost | None = None) -> None:
+        self.drafter = drafter
+        self.fixed = None if num_speculative_tokens == "auto" else int(num_speculative_tokens)
+        assert self.fixed is not None or cost is not None, "auto draft lengths need a step cost model"
+        self.max_draft = AUTO_MAX_DRAFT if self.fixed is None else self.fixed
+        self.cost = cost
+        self.block_manager = block_manager
+        self.max_model_len = max_model_len
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.vocab_size = vocab_size
+        self.metrics = SpecMetrics()
+        self._drafts: dict[int, Draft] = {}
+
+    @staticmethod
+    def decoding(seq: Sequence) -> bool:
+        """Running, its last token known and the only one without KV: ready to speculate."""
+        return (seq.status == SequenceStatus.RUNNING and seq.num_pending == 0
+                and seq.num_computed_tokens == len(seq.token_ids) - 1 and can_speculate(seq.matcher))
+
+    def draft(self, running: list[Sequence]) -> None:
+        """Set `draft_ids` on each running sequence (empty where it does not speculate this step)."""
+        start = time.perf_counter()
+        self._drafts = {}
+        for seq in running:
+            seq.draft_ids = []
+        seqs = [s for s in running if self.decoding(s)]
+        if not seqs:
+            return
+        room = [min(self.max_draft, s.params.max_tokens - s.num_output_tokens - 1,
+                    self.max_model_len - len(s) - 1) for s in seqs]
+        drafts = self.drafter.propose(seqs, room)
+        for i, seq in enumerate(seqs):
+            d = drafts[i].cut(max(room[i], 0))
+            if seq.matcher is not None and d.token_ids:
+                d = d.cut(admissible_prefix(seq.matcher, d.token_ids, self.vocab_size))
+            drafts[i] = d
+        if self.fixed is not None:
+            lengths = [len(d.token_ids) for d in drafts]
+        else:
+            assert self.cost is not None
+            cost, n = self.cost, len(running)
+            others = sum(len(s) - s.num_computed_tokens for s in running if not self.decoding(s))
+            base = len(seqs) + min(others, self.max_num_batched_tokens)
+            lengths = choose_lengths([d.confidences for d in drafts], lambda t: cost.predict(n, t), base,
+                                     self.max_num_batched_tokens - base)
+        for seq, d, k in zip(seqs, drafts, lengths, strict=True):
+            self.metrics.length_histogram[k] = self.metrics.length_histogram.get(k, 0) + 1
+            if k == 0:
+                self.metrics.zero_length += 1
+                continue
+            seq.draft_ids = d.token_ids[:k]
+            self._drafts[seq.seq_id] = d.cut(k)
+        self.metrics.drafter_s += time.perf_counter() - start
+
+    def settle(self, seq: Sequence, start: int, num_drafted: int, num_accepted: int) -> None:
+        """After a verify step of `num_drafted` drafts: keep the KV of the accepted ones, free the rest."""
+        assert 0 <= num_accepted <= num_drafted
+        m = self.metrics
+        m.drafts += 1
+        m.draft_tokens += num_drafted
+        m.accepted_tokens += num_accepted
+        draft = self._drafts.pop(seq.seq_id, None)
+        if draft is not None:
+            self.drafter.observe(draft.cut(num_drafted), num_accepted)
+        if seq.status != SequenceStatus.RUNNING or seq.num_computed_tokens == 0:
+            return  # finished or preempted meanwhile: its blocks are gone already
+        seq.num_computed_tokens = start + 1 + num_accepted
+        self.block_manager.truncate(seq, seq.num_computed_tokens)
+
+    def observe_step(self, num_seqs: int, num_tokens: int, seconds: float) -> None:
+        """A verify step's measured time: metrics, and the cost model's online correction."""
+        self.metrics.verify_s += seconds
+        if self.cost is not None:
+            self.cost.observe(num_seqs, num_tokens, seconds)

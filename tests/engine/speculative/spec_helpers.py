@@ -1,0 +1,80 @@
+"""Helpers for the speculative decoding tests: a tiny-model engine and a drafter that knows the answer."""
+
+from __future__ import annotations
+
+import random
+
+from recipe.engine import LLM
+from recipe.engine.sequence import Sequence
+from recipe.engine.speculative import Draft
+from tiny_paged_model import VOCAB, TinyInfo, TinyPagedLM
+
+
+def make_llm(model: TinyPagedLM, **config: object) -> LLM:
+    config = {"dtype": "float64", "num_kv_blocks": 256, "block_size": 4, "max_num_batched_tokens": 48,
+              "num_threads": 1, **config}
+    return LLM((model, TinyInfo()), **config)
+
+
+class OracleDrafter:
+    """Proposes the target's own greedy continuation, each token replaced by a random one with probability
+    `corrupt`: long accepted runs, rejections at every position, drafts across block boundaries."""
+
+    def __init__(self, model: TinyPagedLM, corrupt: float, seed: int = 0) -> None:
+        self.model, self.corrupt, self.rng = model, corrupt, random.Random(seed)
+        self.observed: list[tuple[list[int], int]] = []
+
+    def propose(self, seqs: list[Sequence], max_lens: list[int]) -> list[Draft]:
+        out = []
+        for seq, n in zip(seqs, max_lens, strict=True):
+            ids, draft = list(seq.token_ids), []
+            for _ in range(max(n, 0)):
+                tok = int(self.model.full_logits(ids)[-1].argmax())
+                if self.rng.random() < self.corrupt:
+                    tok = self.rng.randrange(VOCAB)
+                draft.append(tok)
+                ids.append(tok)
+            out.append(Draft(draft, [0.9] * len(draft)))
+        return out
+
+    def observe(self, draft: Draft, num_accepted: int) -> None:
+        self.observed.append((draft.token_ids, num_accepted))
+
+
+def use_drafter(llm: LLM, drafter: object) -> None:
+    llm.engine.speculator.drafter = drafter
+
+
+def cached_blocks_match_sequences(llm: LLM, sequences: list[list[int]]) -> None:
+    """Every block registered in the prefix cache holds a block-aligned chunk of some real sequence."""
+    bm = llm.engine.block_manager
+    bs = bm.block_size
+    chunks = {tuple(s[i * bs:(i + 1) * bs]) for s in sequences for i in range(len(s) // bs)}
+    registered = [b.token_ids for b in bm.blocks if b.hash is not None]
+    assert registered
+    for token_ids in registered:
+        assert token_ids in chunks, token_ids
+
+
+def cached_kv_equals_recomputed(llm: LLM, model: TinyPagedLM, sequences: list[list[int]], seed: int) -> int:
+    """Every registered block that a fresh engine (no speculation) also registers for the same tokens
+    holds the same K/V: no draft's KV hides under a real token. Returns how many blocks were compared."""
+    import torch
+
+    ref_model = TinyPagedLM(seed=seed)
+    ref = make_llm(ref_model)
+    from recipe.engine import SamplingParams
+
+    ref.generate(sequences, SamplingParams(temperature=0.0, max_tokens=1))
+    bm, ref_bm = llm.engine.block_manager, ref.engine.block_manager
+    compared = 0
+    for h, block in bm.cached.items():
+        ref_block = ref_bm.cached.get(h)
+        if ref_block is None:
+            continue
+        for (k, v), (rk, rv) in zip(model.caches, ref_model.caches, strict=True):
+            assert torch.allclose(k[block], rk[ref_block], atol=1e-9), f"block {block} holds other KV"
+            assert torch.allclose(v[block], rv[ref_block], atol=1e-9), f"block {block} holds other KV"
+        compared += 1
+    ref.shutdown()
+    return compared
