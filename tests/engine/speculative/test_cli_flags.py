@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from recipe.cli import build_parser
 from recipe.engine import EngineConfig
 from recipe.server.cli_serve import engine_config_from_args
+
+from recipe.cli import build_parser
 
 
 def test_flags_map_to_the_engine_config() -> None:
