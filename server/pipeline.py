@@ -91,6 +91,7 @@ class Pipeline:
         request_timeout_s: float,
         retry_after_s: int = 1,
         offload_bytes: int = 64 * 1024,
+        compile_timeout_s: float = 10.0,
     ) -> None:
         self.parts = parts
         self.backend = backend
@@ -101,6 +102,7 @@ class Pipeline:
         self.retry_after_s = retry_after_s
         self._constraints: OrderedDict[Any, Any] = OrderedDict()
         self.offload_bytes = offload_bytes
+        self.compile_timeout_s = compile_timeout_s
         card = backend.model
         digest = hashlib.sha256(f"{card.name}|{card.architecture}|{card.chat_format}".encode()).hexdigest()
         self.fingerprint = f"fp_{digest[:10]}"  # Chat `system_fingerprint`: which model setup answered
@@ -172,7 +174,12 @@ class Pipeline:
         if oc.kind == "json" and oc.schema and conv.response_format == "json_schema" and conv.response_schema:
             # Conversion hands over the reference's normalised schema, which drops keywords such as
             # maxLength under `strict`; the mask enforces the schema the client actually sent.
-            oc = dataclasses.replace(oc, schema=orjson.dumps(conv.response_schema).decode())
+            try:
+                schema_text = orjson.dumps(conv.response_schema).decode()
+            except (TypeError, orjson.JSONEncodeError):  # nested deeper than a JSON encoder goes (255)
+                raise ApiError(400, "Cannot enforce the requested output format: the schema is nested too deeply.",
+                               param="response_format") from None
+            oc = dataclasses.replace(oc, schema=schema_text)
         constraints = self.parts.constraints
         fmt = self.backend.model.chat_format
         tool_format = {"chatml": "chatml", "deepseek_v4": "dsml_v4", "deepseek_v41": "dsml_v41"}[fmt]
@@ -187,6 +194,7 @@ class Pipeline:
             compiled = await asyncio.to_thread(
                 constraints.from_output_constraint, oc, self.backend.model.tokenizer,
                 tool_format=tool_format, thinking=thinking, single_tool_call=single,
+                timeout_s=self.compile_timeout_s,
             )
         except constraints.ConstraintError as exc:
             raise ApiError(400, f"Cannot enforce the requested output format: {exc}") from None

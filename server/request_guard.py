@@ -12,7 +12,7 @@ import re
 import uuid
 from typing import Any
 
-from recipe.server.auth import KeyChecker, presented_key
+from recipe.server.auth import KeyChecker, is_playground, presented_key
 from recipe.server.errors import ApiError, internal_error, shape_for_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -59,9 +59,14 @@ class RequestGuard:
         async def reply(err: ApiError) -> None:
             await err.response(shape, request_id)(scope, receive, send_with_ids)
 
-        if self.keys.enabled and not self.keys.is_public(path) and not self.keys.accepts(presented_key(headers)):
-            await reply(ApiError(401, "Invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'."))
+        key = presented_key(headers)
+        if self.keys.enabled and not self.keys.is_public(path) and not self.keys.accepts(key):
+            # A browser opening the playground is asked for the key (any user name, the key as password).
+            challenge = {"www-authenticate": 'Basic realm="recipe", charset="UTF-8"'} if is_playground(path) else None
+            await reply(ApiError(401, "Invalid or missing API key: send it as 'Authorization: Bearer KEY' or "
+                                 "'x-api-key: KEY'.", headers=challenge))
             return
+        scope["state"]["key_owner"] = self.keys.owner(key)
         length = headers.get("content-length")
         if length is not None:
             if not length.isdigit():
@@ -80,6 +85,11 @@ class RequestGuard:
 
 def body_too_large(limit: int) -> ApiError:
     return ApiError(413, f"Request body is larger than the server's limit of {limit} bytes.")
+
+
+def key_owner_of(scope: dict[str, Any]) -> str:
+    """The owner id RequestGuard gave the request's key (stored Responses are scoped to it)."""
+    return str(scope.get("state", {}).get("key_owner") or "")
 
 
 def request_id_of(scope: dict[str, Any]) -> str:

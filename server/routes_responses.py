@@ -15,7 +15,9 @@ from recipe.server.errors import ApiError
 from recipe.server.kv_retention import retention_class
 from recipe.server.limits import read_body
 from recipe.server.pipeline import Generation
+from recipe.server.request_guard import key_owner_of
 from recipe.server.state import ServerState, state_of
+from recipe.server.storage import StoreWriteError
 from recipe.server.tool_policy import single_tool_call
 from starlette.requests import Request
 from starlette.responses import Response
@@ -46,7 +48,12 @@ def _not_found(response_id: str, param: str | None = None) -> ApiError:
     return ApiError(404, f"Response with id '{response_id}' not found.", param=param, code="not_found")
 
 
-async def _expand(state: ServerState, body: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+def store_failed(exc: StoreWriteError) -> ApiError:
+    """507: the response could not be stored; the server itself goes on serving."""
+    return ApiError(507, f"{str(exc).capitalize()}. Retry with 'store': false, or later.", code="storage_unavailable")
+
+
+async def _expand(state: ServerState, body: dict[str, Any], owner: str) -> tuple[dict[str, Any], list[Any]]:
     """The body with earlier turns prepended to its input, and that full input (what gets stored)."""
     items = input_items(body.get("input"))
     previous = body.get("previous_response_id")
@@ -54,8 +61,8 @@ async def _expand(state: ServerState, body: dict[str, Any]) -> tuple[dict[str, A
         return body, items
     if not isinstance(previous, str):
         raise ApiError(400, "Invalid 'previous_response_id': expected a string.", param="previous_response_id")
-    stored = await state.store.aget(previous)
-    if stored is None:
+    stored = await state.store.aget(previous, owner)
+    if stored is None:  # also another key's response: whether it exists is not told
         raise ApiError(404, f"Previous response with id '{previous}' not found.",
                        param="previous_response_id", code="previous_response_not_found")
     full = [*stored.input_items, *output_as_input(stored.response.get("output") or []), *items]
@@ -73,7 +80,8 @@ async def create_response(request: Request) -> Response:
     if not isinstance(body, dict):  # let conversion word the parse error exactly as the reference does
         state.pipeline.convert("responses", raw)
         raise ApiError(400, "The request body must be a JSON object.")
-    body, full_input = await _expand(state, body)
+    owner = key_owner_of(request.scope)
+    body, full_input = await _expand(state, body, owner)
     previous = body.get("previous_response_id")
     store = body.get("store", True) is not False
     # a continuation carries its whole history: treat it as large
@@ -89,7 +97,10 @@ async def create_response(request: Request) -> Response:
 
     async def save(g: Generation) -> None:
         if store:
-            await state.store.aput(g.processors[0].response(), full_input)
+            try:
+                await state.store.aput(g.processors[0].response(), full_input, owner)
+            except StoreWriteError as exc:
+                raise store_failed(exc) from None
 
     if gen.stream:
         return await stream_response(request, state.pipeline, gen, on_complete=save)
@@ -100,7 +111,7 @@ async def create_response(request: Request) -> Response:
 
 @router.get("/v1/responses/{response_id}")
 async def retrieve_response(request: Request, response_id: str) -> Response:
-    stored = await state_of(request).store.aget(response_id)
+    stored = await state_of(request).store.aget(response_id, key_owner_of(request.scope))
     if stored is None:
         raise _not_found(response_id)
     return json_response(stored.response)
@@ -108,14 +119,18 @@ async def retrieve_response(request: Request, response_id: str) -> Response:
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(request: Request, response_id: str) -> Response:
-    if not await state_of(request).store.adelete(response_id):
+    try:
+        deleted = await state_of(request).store.adelete(response_id, key_owner_of(request.scope))
+    except StoreWriteError as exc:
+        raise store_failed(exc) from None
+    if not deleted:
         raise _not_found(response_id)
     return json_response({"id": response_id, "object": "response", "deleted": True})
 
 
 @router.get("/v1/responses/{response_id}/input_items")
 async def list_input_items(request: Request, response_id: str) -> Response:
-    stored = await state_of(request).store.aget(response_id)
+    stored = await state_of(request).store.aget(response_id, key_owner_of(request.scope))
     if stored is None:
         raise _not_found(response_id)
     data = stored.input_items
