@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import MutableMapping
 from typing import Any
 
 from recipe.server.auth import KeyChecker, is_playground, presented_key
@@ -87,7 +88,7 @@ def body_too_large(limit: int) -> ApiError:
     return ApiError(413, f"Request body is larger than the server's limit of {limit} bytes.")
 
 
-def key_owner_of(scope: dict[str, Any]) -> str:
+def key_owner_of(scope: MutableMapping[str, Any]) -> str:
     """The owner id RequestGuard gave the request's key (stored Responses are scoped to it)."""
     return str(scope.get("state", {}).get("key_owner") or "")
 

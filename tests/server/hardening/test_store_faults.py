@@ -22,7 +22,6 @@ from recipe.server.storage import ResponseStore, StoreWriteError
 from starlette.testclient import TestClient
 
 
-
 def port_of() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -31,7 +30,7 @@ def port_of() -> int:
 
 def _fill_disk(store: ResponseStore) -> None:
     """SQLite's own quota: the file may not grow past the pages it has, so the next insert gets SQLITE_FULL."""
-    db = store._db  # noqa: SLF001 (fault injection)
+    db = store._db
     pages = db.execute("PRAGMA page_count").fetchone()[0]
     db.execute(f"PRAGMA max_page_count = {pages}")
 
@@ -76,7 +75,7 @@ def test_an_os_error_on_write_is_a_store_write_error(tmp_path: Path, monkeypatch
         def close(self) -> None:
             self.real.close()
 
-    store._db = Broken(store._db)  # type: ignore[assignment]  # noqa: SLF001
+    store._db = Broken(store._db)  # type: ignore[assignment]
     with pytest.raises(StoreWriteError, match="disk full"):
         store.put({"id": "resp_2"}, [])
     with pytest.raises(StoreWriteError, match="disk full"):
@@ -87,7 +86,7 @@ def test_an_os_error_on_write_is_a_store_write_error(tmp_path: Path, monkeypatch
 
 def test_wal_mode_is_on_for_a_file_store(tmp_path: Path) -> None:
     store = ResponseStore(tmp_path / "r.sqlite3")
-    assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # noqa: SLF001
+    assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     store.close()
 
 
