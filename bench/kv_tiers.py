@@ -6,7 +6,8 @@
 Sections:
   trace      a seeded trace of chat and agent sessions (shared system prompts of 1-2K tokens, 3-8 turns, Pareto
              think times ordering the turns of interleaved sessions), replayed with a device pool smaller than
-             the working set: per-tier hit rates, the fraction of prompt tokens served from cache, and TTFT
+             the working set: per-tier hit rates (each tier's share of the measured requests' prompt tokens,
+             `engine/kv_tiers/hit_split.py`: they add up to the cached fraction), the fraction of prompt tokens served from cache, and TTFT
              p50/p90 with the tiers (host + directory) against the device pool alone
   restore    TTFT of a 2K-token prompt restored from the directory tier (a fresh engine: empty pool, empty host
              tier) against the same prompt computed from scratch; fresh prompts per timed run
@@ -35,6 +36,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF dequantizer's progress ba
 import numpy as np
 import torch
 from recipe.engine import LLM, SamplingParams
+from recipe.engine.kv_tiers.hit_split import HitSplit
 
 ONE = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
 
@@ -73,20 +75,29 @@ def make_trace(seed: int, sessions: int) -> list[tuple[float, int, list[int], in
     return events
 
 
-def replay(llm: LLM, trace: list[tuple[float, int, list[int], int]]) -> tuple[list[float], int, int]:
+def replay(llm: LLM, trace: list[tuple[float, int, list[int], int]]) -> tuple[list[float], int, int, HitSplit]:
+    """TTFTs, prompt tokens, cached tokens and the per-tier split of the measured first-token requests only
+    (the request that generates the rest of each answer is not counted: its prompt is all cached)."""
     history: dict[int, list[int]] = {}
     ttfts, prompt_tokens, cached = [], 0, 0
+    split = HitSplit(0, ())
     for _, s, new, out_len in trace:
         prompt = history.get(s, []) + new
+        before = HitSplit.of(llm.engine.stats())
         t = time.perf_counter()
         out = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True))[0]
         ttfts.append(time.perf_counter() - t)
+        turn = HitSplit.of(llm.engine.stats()) - before
+        assert turn.prompt_tokens == len(prompt) and turn.cached_tokens == out.cached_tokens, turn
+        was = dict(split.served)
+        split = HitSplit(split.prompt_tokens + turn.prompt_tokens,
+                         tuple((name, n + was.get(name, 0)) for name, n in turn.served))
         prompt_tokens += len(prompt)
         cached += out.cached_tokens
         rest = llm.generate([prompt + list(out.new_token_ids)],
                             SamplingParams(temperature=0.0, max_tokens=out_len, ignore_eos=True))[0]
         history[s] = prompt + list(out.new_token_ids) + list(rest.new_token_ids)
-    return ttfts, prompt_tokens, cached
+    return ttfts, prompt_tokens, cached, split
 
 
 def bench_trace(args: argparse.Namespace) -> None:
@@ -97,19 +108,15 @@ def bench_trace(args: argparse.Namespace) -> None:
         for name, config in (("L1 only", {}),
                              ("L1+L2+L3", {"kv_host_bytes": args.host_bytes, "kv_dir": str(kv_dir)})):
             llm = engine(args, kv_cache_bytes=args.pool_bytes, **config)
-            ttfts, prompt_tokens, cached = replay(llm, trace)
-            s = llm.engine.stats()
-            results[name] = (ttfts, prompt_tokens, cached, s)
+            results[name] = replay(llm, trace)
             llm.shutdown()
-        (t1, p1, c1, _), (t3, p3, c3, s3) = results["L1 only"], results["L1+L2+L3"]
-        l1_hits = s3.prefix_cache_hits - s3.restored_tokens
-        host, disk = s3.kv_tiers.tiers
-        bs = args.block_size
+        (t1, p1, c1, _), (t3, p3, c3, sp) = results["L1 only"], results["L1+L2+L3"]
         print(f"trace: {len(trace)} turns of {args.sessions} sessions, {p3} prompt tokens, device pool "
               f"{args.pool_bytes >> 20} MiB")
         print(f"  tokens served from cache: L1 only {c1 / p1:.1%}; with tiers {c3 / p3:.1%} "
-              f"(L1 {l1_hits / p3:.1%}, L2 {host.hits * bs / p3:.1%}, L3 {disk.hits * bs / p3:.1%}); "
-              f"anchor DeepSeek 56.3%, goal >= 60%")
+              f"= L1 {sp.rate('device'):.1%} + L2 {sp.rate('host'):.1%} + L3 {sp.rate('disk'):.1%} of prompt "
+              f"tokens (L2 served {sp.conditional('host'):.1%} of the tokens L1 missed, L3 "
+              f"{sp.conditional('disk'):.1%} of those L2 missed); anchor DeepSeek 56.3%, goal >= 60%")
         print(f"  TTFT p50 {pct(t3, 50):.3f}s vs {pct(t1, 50):.3f}s -> {pct(t3, 50) / pct(t1, 50):.2f}x; "
               f"p90 {pct(t3, 90):.3f}s vs {pct(t1, 90):.3f}s -> {pct(t3, 90) / pct(t1, 90):.2f}x (tiers / L1 only)")
     finally:

@@ -56,7 +56,8 @@ class BlockManager:
         self.prefix_hits = 0  # of which served from the cache
         self.tiers = tiers  # kv_tiers.KVTiers or None
         self.pending_writes: list[Callable[[], None]] = []  # restored KV not yet written (model thread)
-        self.restored_tokens = 0  # prompt tokens restored from the lower tiers
+        self.restored_tokens = 0  # prompt tokens of admitted requests restored from the lower tiers
+        self._restored_from: dict[int, str] = {}  # restored block not yet used by a request -> its tier
         self._restoring: dict[int, tuple[bytes, Future[Any]]] = {}  # seq_id -> (first hash, load)
 
     # ----- accounting -----------------------------------------------------------------------------------
@@ -134,9 +135,8 @@ class BlockManager:
                 block.hash, block.token_ids = stored.block_hash, tuple(chunk)
                 self.cached[stored.block_hash] = block_id
             self._release(block_id)  # a cached free block, most recently used: admit() takes it
+            self._restored_from[block_id] = stored.tier
         self.pending_writes.append(self.tiers.device_writer(ids, loaded))
-        if seq.num_preemptions == 0:  # as prefix_hits: a re-admission is not a new lookup
-            self.restored_tokens += len(ids) * self.block_size
         return ids
 
     def take_pending_writes(self) -> list[Callable[[], None]]:
@@ -171,9 +171,13 @@ class BlockManager:
         for block_id in prefix_block_ids:
             self._take(block_id)
         seq.block_table = list(prefix_block_ids)
+        restored = [self._restored_from.pop(b) for b in prefix_block_ids if b in self._restored_from]
         if seq.num_preemptions == 0:  # a preempted sequence's re-admission is not a new lookup
             self.prefix_queries += len(seq.token_ids)
             self.prefix_hits += len(prefix_block_ids) * self.block_size
+            for tier in restored:  # counted when used, as prefix_hits: a restored block is served once
+                self.restored_tokens += self.block_size
+                self.tiers.credit(tier, self.block_size)
         if self.enable_prefix_caching:  # a forked prefix may not be registered yet: commit() finishes it
             hashes: list[bytes] = []
             for block_id in prefix_block_ids:
@@ -259,6 +263,7 @@ class BlockManager:
 
     def _allocate(self) -> int:
         block_id, _ = self.free.popitem(last=False)
+        self._restored_from.pop(block_id, None)
         block = self.blocks[block_id]
         if block.hash is not None:  # evict its cache registration
             if self.cached.get(block.hash) == block_id:

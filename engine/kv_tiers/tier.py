@@ -24,6 +24,7 @@ class StoredBlock:
     token_ids: np.ndarray  # int64 [block_size]
     kv: np.ndarray  # uint8, the block's KV in the engine's layout
     retention_class: str = "chat"
+    tier: str = ""  # the tier it was loaded from (set by KVTiers.load; credits the tier when it is used)
 
 
 @dataclass
@@ -31,7 +32,8 @@ class TierStats:
     """Counters of one tier (blocks and bytes; read by /metrics)."""
 
     name: str
-    hits: int = 0  # blocks found by lookup and loaded
+    hits: int = 0  # blocks loaded (a load may be cut short, or serve a preempted sequence's re-admission)
+    served_tokens: int = 0  # prompt tokens of admitted requests this tier supplied (its share of cached_tokens)
     misses: int = 0  # lookups that ended at this tier
     bytes_read: int = 0
     bytes_written: int = 0

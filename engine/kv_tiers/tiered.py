@@ -3,7 +3,9 @@
 `lookup` continues from tier to tier: the host tier's leading hits, then the directory tier's from there.
 `prefetch` loads that run on a thread; blocks found only in the directory tier are promoted into the host
 tier. `store` is write-through: the host tier copies at once, the directory tier queues (write-behind).
-Counters and the restore-latency histogram are read by `/metrics`.
+Counters and the restore-latency histogram are read by `/metrics`. Each loaded block names the tier it came
+from; the block manager `credit`s that tier when a request is admitted with it, so the tiers' `served_tokens`
+plus the device pool's own hits add up to the requests' `cached_tokens` (`hit_split.py`).
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class KVTiers:
             if len(got) == len(hashes):
                 break
             blocks = tier.load(hashes[len(got):])
+            for b in blocks:
+                b.tier = tier.name
             if blocks and i > 0:
                 self.tiers[0].store(blocks)  # promote into the fastest lower tier
             got.extend(blocks)
@@ -83,6 +87,12 @@ class KVTiers:
 
     def prefetch(self, hashes: Sequence[bytes]) -> Future[list[StoredBlock]]:
         return self._loader.submit(self.load, list(hashes))
+
+    def credit(self, tier_name: str, tokens: int) -> None:
+        """A request was admitted with `tokens` prompt tokens that `tier_name` restored."""
+        for tier in self.tiers:
+            if tier.name == tier_name:
+                tier.stats.served_tokens += tokens
 
     def store(self, blocks: Sequence[StoredBlock]) -> None:
         for tier in self.tiers:
