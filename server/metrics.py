@@ -10,7 +10,9 @@ With the default prefix `recipe` the series are (all labelled `model_name`):
 With the engine's lower KV tiers on (`--kv-host-bytes`, `--kv-dir`): `recipe:external_prefix_cache_queries_total`
 and `recipe:external_prefix_cache_hits_total` (prompt tokens looked up past the device pool and restored from
 the tiers, vLLM's names for KV-connector hits), and per tier (`tier="host"|"disk"`, blocks and bytes, as
-LMCache reports its backends): `recipe:kv_tier_hits_total`, `recipe:kv_tier_misses_total`,
+LMCache reports its backends): `recipe:kv_tier_hits_total` (blocks loaded), `recipe:kv_tier_served_tokens_total`
+(prompt tokens of admitted requests it restored: with the device pool's hits they add up to cached tokens),
+`recipe:kv_tier_misses_total`,
 `recipe:kv_tier_read_bytes_total`, `recipe:kv_tier_written_bytes_total`, `recipe:kv_tier_stored_blocks_total`,
 `recipe:kv_tier_evicted_blocks_total`, `recipe:kv_tier_write_drops_total`, `recipe:kv_tier_corruptions_total`,
 `recipe:kv_tier_usage_bytes`, `recipe:kv_tier_capacity_bytes`, `recipe:kv_tier_enabled` (1 on, 0 disabled
@@ -66,7 +68,9 @@ class _BackendCollector(Collector):
 
 
 _TIER_COUNTERS = (
-    ("kv_tier_hits", "Blocks restored from the tier.", "hits"),
+    ("kv_tier_hits", "Blocks loaded from the tier.", "hits"),
+    ("kv_tier_served_tokens", "Prompt tokens of admitted requests restored from the tier (its share of cached "
+     "tokens).", "served_tokens"),
     ("kv_tier_misses", "Prefix lookups that ended at the tier.", "misses"),
     ("kv_tier_read_bytes", "Bytes read from the tier.", "bytes_read"),
     ("kv_tier_written_bytes", "Bytes written to the tier.", "bytes_written"),

@@ -51,7 +51,7 @@ def test_tier_metrics_are_exposed_per_tier() -> None:
     hist = LatencyHistogram()
     for seconds in (0.002, 0.03, 0.03):
         hist.observe(seconds)
-    snap = TierSnapshot((TierStats("host", hits=5, misses=2, bytes_read=500, bytes_written=900, used_bytes=900,
+    snap = TierSnapshot((TierStats("host", hits=5, served_tokens=64, misses=2, bytes_read=500, bytes_written=900, used_bytes=900,
                                    capacity_bytes=4096),
                          TierStats("disk", hits=3, misses=1, bytes_read=300, write_drops=4, corruptions=1,
                                    enabled=False)), hist, 8)
@@ -67,6 +67,7 @@ def test_tier_metrics_are_exposed_per_tier() -> None:
     assert s[("vllm:external_prefix_cache_queries_total", (("model_name", "demo"),))] == 160
     assert tier("vllm:kv_tier_hits_total", "host") == 5 and tier("vllm:kv_tier_hits_total", "disk") == 3
     assert tier("vllm:kv_tier_misses_total", "disk") == 1
+    assert tier("vllm:kv_tier_served_tokens_total", "host") == 64 and tier("vllm:kv_tier_served_tokens_total", "disk") == 0
     assert tier("vllm:kv_tier_read_bytes_total", "host") == 500
     assert tier("vllm:kv_tier_written_bytes_total", "host") == 900
     assert tier("vllm:kv_tier_write_drops_total", "disk") == 4
