@@ -1,0 +1,16 @@
+"""Disaggregated prefill and decode: engine roles in their own processes, the KV hand-off between them,
+the router that fronts them, and the autoscaler that moves workers between roles.
+
+- `messages.py`: what the router and the workers say to each other (pickled over a pipe or through Ray);
+- `transport.py`: where hand-off KV bytes travel (a shared-memory segment per hand-off on one machine);
+- `handoff.py`: the engine halves of the hand-off (prefill captures blocks + sequence state, decode
+  reserves blocks first, then installs them and continues the sequences);
+- `worker.py`: one engine process and its role (`prefill`, `decode`, `both`), pinned to its own cores;
+- `pool.py`: starting, watching and restarting worker processes;
+- `router.py`: `DisaggLLM`, the `AsyncLLM` face over the workers (choice of prefill and decode worker);
+- `autoscaler.py`: the role-moving policy (hysteresis, cooldown) on live metrics.
+"""
+
+from recipe.engine.disagg.config import DisaggConfig
+
+__all__ = ["DisaggConfig"]
