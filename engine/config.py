@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+WEIGHT_FORMATS = ("dtype", "int8", "int4", "q8_0", "q4_1")
+
 
 @dataclass
 class EngineConfig:
@@ -47,7 +49,9 @@ class EngineConfig:
     # tests to 1e-10 in fp64, but fp32 rounding then varies with batch composition, and its speed-up is not
     # yet measured on a quiet machine).
     attention_backend: str = "reference"
-    weight_format: str = "dtype"  # "dtype": weights in `dtype`; "int8" / "int4": weight-only quantised linears
+    # "dtype": weights in `dtype`; "int8" / "int4": weight-only quantised linears on torch's kernels; "q8_0" /
+    # "q4_1": GGUF's block formats on the native CPU kernels (engine/kernels; pure torch without a compiler)
+    weight_format: str = "dtype"
     moe_backend: str = "grouped"  # "loop": one matmul pair per expert
     # Speculative decoding (engine/speculative): None = off; "ngram", "draft-head" or "mtp". Draft tokens per
     # step: an int, or "auto" (per sequence and step, from the drafter's confidences and the step cost model,
@@ -75,8 +79,8 @@ class EngineConfig:
              "the lower KV tiers (kv_host_bytes, kv_dir) need enable_prefix_caching"),
             (self.attention_backend in ("batched", "reference"),
              f"attention_backend must be 'batched' or 'reference', got {self.attention_backend!r}"),
-            (self.weight_format in ("dtype", "int8", "int4"),
-             f"weight_format must be 'dtype', 'int8' or 'int4', got {self.weight_format!r}"),
+            (self.weight_format in WEIGHT_FORMATS,
+             f"weight_format must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {self.weight_format!r}"),
             (self.moe_backend in ("grouped", "loop"), f"moe_backend must be 'grouped' or 'loop', got {self.moe_backend!r}"),
             (self.speculative in (None, "ngram", "draft-head", "mtp"),
              f"speculative must be None, 'ngram', 'draft-head' or 'mtp', got {self.speculative!r}"),

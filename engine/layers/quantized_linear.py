@@ -75,22 +75,35 @@ class Int4Linear(nn.Module):
             y = y + self.bias
         return y.view(*x.shape[:-1], self.out_features)
 
+def quantized_linear(weight_format: str, weight: torch.Tensor, bias: torch.Tensor | None = None) -> nn.Module:
+    """One weight in `weight_format`: "int8" / "int4" on torch's kernels (int4 falls back to int8 for shapes its
+    kernel cannot take), "q8_0" / "q4_1" in GGUF's block layouts on the native kernels (block_quant_linear.py)."""
+    from recipe.engine.layers.block_quant_linear import Q4_1Linear, Q8_0Linear
+
+    n, k = weight.shape
+    if weight_format in ("q8_0", "q4_1"):
+        assert k % GROUP == 0, f"{weight_format} needs in_features % {GROUP} == 0, got {k}"
+        return (Q8_0Linear if weight_format == "q8_0" else Q4_1Linear)(weight, bias)
+    fits4 = k % GROUP == 0 and n % 16 == 0
+    return (Int4Linear if weight_format == "int4" and fits4 else Int8Linear)(weight, bias)
+
+
 def quantize_linears(model: nn.Module, weight_format: str, skip: tuple[str, ...] = ("kv_b_proj",)) -> int:
-    """Replace the model's `nn.Linear` layers by quantised ones ("int8" / "int4"; "dtype" leaves them);
-    int4 layers whose shape the kernel cannot take fall back to int8. Modules whose name ends in `skip`
-    (weights read directly, like MLA's absorbed `kv_b_proj`) are left as they are. Returns the count."""
+    """Replace the model's `nn.Linear` layers by quantised ones (`quantized_linear`; "dtype" leaves them).
+    Block formats (q8_0, q4_1) leave a layer whose input width is not a multiple of 32 as it is. Modules whose
+    name ends in `skip` (weights read directly, like MLA's absorbed `kv_b_proj`) are left as they are.
+    Returns the count."""
     if weight_format == "dtype":
         return 0
-    assert weight_format in ("int8", "int4"), weight_format
+    assert weight_format in ("int8", "int4", "q8_0", "q4_1"), weight_format
     swapped = 0
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             full = f"{name}.{child_name}" if name else child_name
             if not isinstance(child, nn.Linear) or full.endswith(skip):
                 continue
-            fits4 = child.in_features % GROUP == 0 and child.out_features % 16 == 0
-            kind = Int4Linear if weight_format == "int4" and fits4 else Int8Linear
-            new: nn.Module = kind(child.weight, child.bias)
-            setattr(module, child_name, new)
+            if weight_format in ("q8_0", "q4_1") and child.in_features % GROUP:
+                continue
+            setattr(module, child_name, quantized_linear(weight_format, child.weight, child.bias))
             swapped += 1
     return swapped

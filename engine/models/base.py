@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from recipe.engine.context import get_context
 from recipe.engine.kv_cache import CacheSpec, KVCache, kv_bytes_per_block
 from recipe.engine.layers.attention_plan import AttentionPlan, build_attention_plan
-from recipe.engine.layers.quantized_linear import Int8Linear, quantize_linears
+from recipe.engine.layers.quantized_linear import GROUP, quantize_linears, quantized_linear
 from recipe.engine.layers.rmsnorm import RMSNorm
 from recipe.engine.layers.rotary import RotaryEmbedding
 from recipe.engine.models.weights import WeightLoader
@@ -98,14 +98,19 @@ class DecoderLM(nn.Module):
         return F.linear(hidden, weight).float()
 
     def quantize_weights(self, weight_format: str) -> int:
-        """Swap the decoder layers' linears for weight-only quantised ones ("int8" / "int4") and give the
-        LM head an int8 copy (the embedding lookup keeps its `dtype` table); "dtype" changes nothing."""
+        """Swap the decoder layers' linears for weight-only quantised ones and give the LM head a quantised
+        copy (the embedding lookup keeps its `dtype` table): "int8" / "int4" give an int8 head, the block
+        formats "q8_0" / "q4_1" a q8_0 head (as the demo GGUF stores its tied head), or none when its width is
+        not a multiple of 32; "dtype" changes nothing."""
         if weight_format == "dtype":
             return 0
         swapped = quantize_linears(self.layers, weight_format)
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        self.logits_head = Int8Linear(head)
-        return swapped + 1
+        if weight_format in ("int8", "int4"):
+            self.logits_head = quantized_linear("int8", head)
+        elif head.shape[1] % GROUP == 0:
+            self.logits_head = quantized_linear("q8_0", head)
+        return swapped + (self.logits_head is not None)
 
     def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
         return kv_bytes_per_block(self.cache_specs(), block_size, dtype)

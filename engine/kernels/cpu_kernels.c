@@ -1,0 +1,235 @@
+/* Recipe's native CPU kernels (built on first use by engine/kernels/native.py; called through ctypes).
+ *
+ * - Block-quantised matrix products y[M, N] = x[M, K] @ W[N, K]^T (activations rounded to Q8_0 blocks,
+ *   integer block dot products, fp32 accumulation):
+ *     q8_0: blocks of 32 weights, int8 q and one fp32 scale d per block, w = d * q;
+ *     q4_1: blocks of 32 weights, 4-bit q (byte j of a block holds q[j] low, q[j + 16] high) and fp32 d, m,
+ *           w = d * q + m.
+ *   Each output y[m, n] is computed by the same sequence of operations whatever M is and whichever thread
+ *   runs it, so a row's result never depends on the other rows of the batch.
+ * - Paged decode attention: one query token per sequence over its K/V read in place through its block table
+ *   (no gathered copy), per (sequence, KV head), again independent of the batch.
+ * Threads: OpenMP, linked to the same libgomp as torch so that torch.set_num_threads governs both.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
+#define QK 32
+
+#ifdef __AVX2__
+static inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+#endif
+
+/* Activations are quantised per row in blocks of 32 as llama.cpp does (Q8_0: d = max|x| / 127,
+ * q = round-half-even(x * (1 / d))), so that each block's product is an exact integer dot product:
+ *   q8_0: y += (dw * dx) * sum(qw * qx)
+ *   q4_1: y += (dw * dx) * sum(qw * qx) + (mw * dx) * sum(qx)
+ * The torch reference (`engine/layers/block_quant_linear.py`) computes the same values in another order. */
+static void quantize_rows(const float *x, int64_t M, int64_t K, int8_t *xq, float *dx, int32_t *xs) {
+    const int64_t nb = K / QK;
+    for (int64_t i = 0; i < M * nb; i++) {
+        const float *xb = x + i * QK;
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+        const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        int32_t sum = 0;
+        for (int j = 0; j < QK; j++) {
+            int32_t v = (int32_t)nearbyintf(xb[j] * id);
+            v = v > 127 ? 127 : (v < -127 ? -127 : v);
+            xq[i * QK + j] = (int8_t)v;
+            sum += v;
+        }
+        dx[i] = d;
+        xs[i] = sum;
+    }
+}
+
+#ifdef __AVX2__
+static inline __m256i unpack_q4(const uint8_t *w) {
+    const __m128i low = _mm_set1_epi8(0x0F);
+    __m128i v = _mm_loadu_si128((const __m128i *)w);
+    __m128i lo = _mm_and_si128(v, low), hi = _mm_and_si128(_mm_srli_epi16(v, 4), low);
+    return _mm256_set_m128i(hi, lo);
+}
+#endif
+
+/* sum(qw * qx) over one block: qw unsigned (q4_1) or signed (q8_0) bytes, qx signed bytes. */
+static inline int32_t block_dot_scalar(const int8_t *w8, const uint8_t *w4, const int8_t *x) {
+    int32_t s = 0;
+    if (w8 != NULL)
+        for (int j = 0; j < QK; j++) s += (int32_t)w8[j] * x[j];
+    else
+        for (int j = 0; j < QK / 2; j++) s += (int32_t)(w4[j] & 0x0F) * x[j] + (int32_t)(w4[j] >> 4) * x[j + QK / 2];
+    return s;
+}
+
+/* y[n] for one activation row against one weight row; w8 (q8_0) or w4 + mn (q4_1). */
+static float row_dot(const int8_t *w8, const uint8_t *w4, const float *dw, const float *mn, const int8_t *xq,
+                     const float *dx, const int32_t *xs, int64_t nb) {
+    float off = 0.0f;
+#ifdef __AVX2__
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(xq + b * QK)), p;
+        if (w8 != NULL) {
+            __m256i w = _mm256_loadu_si256((const __m256i *)(w8 + b * QK));
+            p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+        } else {
+            p = _mm256_maddubs_epi16(unpack_q4(w4 + b * (QK / 2)), x);
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), _mm256_set1_ps(dw[b] * dx[b]), acc);
+        if (mn != NULL) off += mn[b] * dx[b] * (float)xs[b];
+    }
+    return hsum(acc) + off;
+#else
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t s = block_dot_scalar(w8 ? w8 + b * QK : NULL, w4 ? w4 + b * (QK / 2) : NULL, xq + b * QK);
+        acc += (dw[b] * dx[b]) * (float)s;
+        if (mn != NULL) off += mn[b] * dx[b] * (float)xs[b];
+    }
+    return acc + off;
+#endif
+}
+
+static void quant_matmul(const float *x, int64_t M, int64_t K, const int8_t *w8, const uint8_t *w4, const float *d,
+                         const float *mn, int64_t N, float *y) {
+    const int64_t nb = K / QK;
+    int8_t *xq = (int8_t *)malloc((size_t)(M * K));
+    float *dx = (float *)malloc(sizeof(float) * (size_t)(M * nb));
+    int32_t *xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)(M * nb));
+    if (xq != NULL && dx != NULL && xs != NULL) {
+        quantize_rows(x, M, K, xq, dx, xs);
+        const int64_t wrow = w8 != NULL ? K : K / 2;
+#pragma omp parallel for schedule(dynamic, 32) if (N * K * M >= 65536)
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t m = 0; m < M; m++)
+                y[m * N + n] = row_dot(w8 ? w8 + n * wrow : NULL, w4 ? w4 + n * wrow : NULL, d + n * nb,
+                                       mn ? mn + n * nb : NULL, xq + m * K, dx + m * nb, xs + m * nb, nb);
+    }
+    free(xq);
+    free(dx);
+    free(xs);
+}
+
+void q8_0_matmul(const float *x, int64_t M, int64_t K, const int8_t *w, const float *d, int64_t N, float *y) {
+    quant_matmul(x, M, K, w, NULL, d, NULL, N, y);
+}
+
+void q4_1_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *d, const float *mn,
+                 int64_t N, float *y) {
+    quant_matmul(x, M, K, NULL, w, d, mn, N, y);
+}
+
+/* The activations as the kernels see them: x rounded through Q8_0 blocks (dequantised back to fp32). */
+void q8_0_round_activations(const float *x, int64_t M, int64_t K, float *out) {
+    const int64_t nb = K / QK;
+    int8_t *xq = (int8_t *)malloc((size_t)(M * K));
+    float *dx = (float *)malloc(sizeof(float) * (size_t)(M * nb));
+    int32_t *xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)(M * nb));
+    if (xq != NULL && dx != NULL && xs != NULL) {
+        quantize_rows(x, M, K, xq, dx, xs);
+        for (int64_t i = 0; i < M * K; i++) out[i] = dx[i / QK] * (float)xq[i];
+    }
+    free(xq);
+    free(dx);
+    free(xs);
+}
+
+static inline float dot(const float *a, const float *b, int64_t n) {
+#ifdef __AVX2__
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float s = hsum(acc);
+#else
+    float s = 0.0f;
+    int64_t i = 0;
+#endif
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static inline void axpy(float *y, float a, const float *x, int64_t n) {
+    int64_t i = 0;
+#ifdef __AVX2__
+    __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* q [B, H, Dk] (contiguous), out [B, H, Dv]. Token t of sequence b lives in slot
+ * tables[b * table_stride + t / bs] * bs + t % bs; its key for KV head g starts at
+ * k + slot * k_token_stride + g * k_head_stride (likewise v). Query head h uses KV head h / (H / Hkv). */
+void paged_decode_attention(const float *q, const float *k, const float *v, const int64_t *tables,
+                            int64_t table_stride, const int64_t *context_lens, int64_t B, int64_t H, int64_t Hkv,
+                            int64_t Dk, int64_t Dv, int64_t bs, int64_t k_token_stride, int64_t k_head_stride,
+                            int64_t v_token_stride, int64_t v_head_stride, float scale, float *out) {
+    const int64_t group = H / Hkv;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t item = 0; item < B * Hkv; item++) {
+        const int64_t b = item / Hkv, g = item % Hkv, L = context_lens[b];
+        const int64_t *table = tables + b * table_stride;
+        float *scores = (float *)malloc(sizeof(float) * (size_t)(L * group));
+        if (scores == NULL) continue;
+        const float *qg = q + (b * H + g * group) * Dk;
+        for (int64_t t = 0; t < L; t++) {
+            const int64_t slot = table[t / bs] * bs + t % bs;
+            const float *kt = k + slot * k_token_stride + g * k_head_stride;
+            for (int64_t j = 0; j < group; j++) scores[j * L + t] = dot(qg + j * Dk, kt, Dk) * scale;
+        }
+        for (int64_t j = 0; j < group; j++) {
+            float *s = scores + j * L, mx = -INFINITY, total = 0.0f;
+            for (int64_t t = 0; t < L; t++) mx = s[t] > mx ? s[t] : mx;
+            for (int64_t t = 0; t < L; t++) { s[t] = expf(s[t] - mx); total += s[t]; }
+            const float inv = 1.0f / total;
+            for (int64_t t = 0; t < L; t++) s[t] *= inv;
+        }
+        float *o = out + (b * H + g * group) * Dv;
+        memset(o, 0, sizeof(float) * (size_t)(group * Dv));
+        for (int64_t t = 0; t < L; t++) {
+            const int64_t slot = table[t / bs] * bs + t % bs;
+            const float *vt = v + slot * v_token_stride + g * v_head_stride;
+            for (int64_t j = 0; j < group; j++) axpy(o + j * Dv, scores[j * L + t], vt, Dv);
+        }
+        free(scores);
+    }
+}
+
+/* Dequantisation (for large batches, where one fp32 matrix product beats re-reading the activations per
+ * weight row): out[N, K] fp32. */
+void q8_0_dequantize(const int8_t *w, const float *d, int64_t N, int64_t K, float *out) {
+    const int64_t nb = K / QK;
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t b = 0; b < nb; b++)
+            for (int j = 0; j < QK; j++) out[n * K + b * QK + j] = d[n * nb + b] * (float)w[n * K + b * QK + j];
+}
+
+void q4_1_dequantize(const uint8_t *w, const float *d, const float *mn, int64_t N, int64_t K, float *out) {
+    const int64_t nb = K / QK;
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *q = w + n * (K / 2) + b * (QK / 2);
+            float *o = out + n * K + b * QK;
+            const float dd = d[n * nb + b], mm = mn[n * nb + b];
+            for (int j = 0; j < QK / 2; j++) {
+                o[j] = dd * (float)(q[j] & 0x0F) + mm;
+                o[j + QK / 2] = dd * (float)(q[j] >> 4) + mm;
+            }
+        }
+}

@@ -1,0 +1,88 @@
+"""Builds `cpu_kernels.c` into a shared library on first use and calls it through ctypes on tensor data.
+
+The library is compiled once per source and compiler flags into a cache directory (`~/.cache/recipe/kernels`), with `-O3 -march=native -fopenmp`, linked to the OpenMP runtime torch
+already loaded, so `torch.set_num_threads` sets the threads of both. Without a C compiler (or when the
+build fails) `library()` is None and every caller keeps its pure-torch path: same results, slower.
+`scripts/setup.sh` builds it at install time (`python -m recipe.engine.kernels.native`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("cpu_kernels.c")
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+
+_I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+SIGNATURES: dict[str, list[type]] = {
+    "q8_0_matmul": [_PTR, _I64, _I64, _PTR, _PTR, _I64, _PTR],
+    "q4_1_matmul": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _I64, _PTR],
+    "q8_0_round_activations": [_PTR, _I64, _I64, _PTR],
+    "q8_0_dequantize": [_PTR, _PTR, _I64, _I64, _PTR],
+    "q4_1_dequantize": [_PTR, _PTR, _PTR, _I64, _I64, _PTR],
+    "paged_decode_attention": [_PTR, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _I64, _I64, _I64, _I64, _I64, _I64,
+                               _I64, _I64, _I64, _F32, _PTR],
+}
+
+
+def cache_dir() -> Path:
+    return Path.home() / ".cache" / "recipe" / "kernels"
+
+
+def _library_path() -> Path:
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + sys.platform.encode()).hexdigest()[:16]
+    return cache_dir() / f"cpu_kernels-{key}.so"
+
+
+def build() -> Path | None:
+    """Compile the library if it is not in the cache yet; its path, or None without a working compiler."""
+    path = _library_path()
+    if path.exists():
+        return path
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None or sys.platform != "linux":
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            out = Path(tmp) / path.name
+            done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(out), "-lm"], capture_output=True)
+            if done.returncode != 0:
+                return None
+            os.replace(out, path)  # atomic: concurrent builders never load a half-written file
+    except OSError:
+        return None
+    return path
+
+
+@lru_cache(maxsize=1)
+def library() -> ctypes.CDLL | None:
+    """The loaded kernels (ctypes releases the GIL during each call), or None where they cannot be built."""
+    path = build()
+    if path is None:
+        return None
+    lib = ctypes.CDLL(str(path))
+    for name, args in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes = args
+        fn.restype = None
+    return lib
+
+
+def ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+if __name__ == "__main__":
+    built = build()
+    print(f"recipe native CPU kernels: {built if built else 'not built (no C compiler); pure-torch paths in use'}")
