@@ -1,17 +1,34 @@
 """DSML tool-call markup parser (DeepSeek V4 `<｜DSML｜tool_calls>` and V4.1 `<｜DSML｜ calls>` forms).
 
 Fed the output text from the first `<｜DSML｜` on, it emits each `invoke` as a `ToolCallStart` and its
-parameters as JSON object text, incrementally: `{` at the first parameter, the key exactly as written
-after `parameter name=` (quotes included) up to the first space, `: `, the value (string parameters
-JSON-escaped on the fly, other parameters copied verbatim), `}` at the invoke's end; an invoke without
-parameters gives `{}`. A parameter tag must end in `true">` or `false">`; otherwise parsing stops there
-and the call stays unterminated, as the reference's does. Text between tags and unknown tags are
-swallowed; everything after the closing `tool_calls`/`calls` tag is discarded. Both spellings are
-accepted for either model. Emission points and the grouping of pieces within one feed match the
-official reference, so streamed deltas are identical to it.
+parameters as JSON object text, incrementally. Model output is untrusted, so the parser is the
+reference's recovery rule rather than an XML reader: a stage machine that in each stage looks only for
+a few fixed strings anywhere in the text, and treats everything else by the stage's default.
+
+| stage       | looks for (first match wins)                    | on match                 | other text     |
+| ----------- | ----------------------------------------------- | ------------------------ | -------------- |
+| block       | `invoke name="`; `</｜DSML｜tool_calls>`, `</｜DSML｜ calls>` | name / block done | dropped |
+| name        | `"`                                             | the call starts          | the name       |
+| arguments   | `parameter name=`; `</｜DSML｜`                  | `{` or `, `; `{}` or `}` | dropped        |
+| key         | a space                                         | `: `                     | copied         |
+| type        | `true">`; `false">`                             | `"`; nothing             | dropped        |
+| value       | `</｜DSML｜`                                     | `"` for a string value   | copied / JSON-escaped |
+
+So the key is copied as written (its quotes included) up to the first space, a malformed attribute
+is skipped until the next `true">`/`false">`, stray text between tags is dropped, any closing DSML
+tag ends a value or an invoke, tags of either model version are accepted, a block cut short leaves
+its arguments unterminated, and everything after the block's closing tag is discarded.
+
+Emission matches the reference's streaming matcher. At the end of a feed, text that may still begin a
+match (the longest end of the buffer that is a proper prefix of a searched string) is held back. Copied
+argument text is grouped by the feed it arrived in: one piece per feed's run, sent when a match ends
+the run or once all of that feed's text has been released (so a run whose feed still has held-back
+text waits); a match's own text is sent at once.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 import orjson
 
@@ -22,10 +39,13 @@ from recipe.stream.token_markers import unmask
 DSML = "｜DSML｜"
 OPEN = "<" + DSML
 CLOSE = "</" + DSML
-_BLOCK_NAMES = frozenset({"tool_calls", "calls"})
 
-# parser states
-_OUTSIDE, _TAG, _SKIP, _KEY, _AFTER_KEY, _VALUE, _DONE = range(7)
+# stages
+_BLOCK, _NAME, _ARGS_FIRST, _ARGS_NEXT, _KEY, _TYPE, _STRING, _RAW, _DONE = range(9)
+# what a stage does with text that matches none of its strings
+_DROP, _NAME_TEXT, _COPY, _ESCAPE = range(4)
+_DEFAULT = {_BLOCK: _DROP, _NAME: _NAME_TEXT, _ARGS_FIRST: _DROP, _ARGS_NEXT: _DROP, _KEY: _COPY, _TYPE: _DROP,
+            _STRING: _ESCAPE, _RAW: _COPY, _DONE: _DROP}
 
 
 def _escape_json_fragment(text: str) -> str:
@@ -33,271 +53,139 @@ def _escape_json_fragment(text: str) -> str:
     return orjson.dumps(text).decode()[1:-1]
 
 
+def _branches(dsml: str) -> dict[int, tuple[tuple[str, int, str | None], ...]]:
+    """Per stage: (searched string, next stage, argument text emitted on the match) in priority order."""
+    close = "</" + dsml
+    return {
+        _BLOCK: (('invoke name="', _NAME, None), (close + "tool_calls>", _DONE, None), (close + " calls>", _DONE, None)),
+        _NAME: (('"', _ARGS_FIRST, None),),
+        _ARGS_FIRST: (("parameter name=", _KEY, "{"), (close, _BLOCK, "{}")),
+        _ARGS_NEXT: (("parameter name=", _KEY, ", "), (close, _BLOCK, "}")),
+        _KEY: ((" ", _TYPE, ": "),),
+        _TYPE: (('true">', _STRING, '"'), ('false">', _RAW, None)),
+        _STRING: ((close, _ARGS_NEXT, '"'),),
+        _RAW: ((close, _ARGS_NEXT, None),),
+        _DONE: (),
+    }
+
+
 class DsmlToolCallParser:
     """Incremental DSML parser; `feed(text)` returns the pieces completed by that text."""
 
     def __init__(self, dsml: str = DSML) -> None:
-        self._open = "<" + dsml
-        self._close = "</" + dsml
-        self._buf = ""
-        self._state = _OUTSIDE
+        self._table = _branches(dsml)
+        self._stage = _BLOCK
+        self._held = ""  # text that may begin a match, carried to the next feed
+        self._name = ""
         self._calls = 0
-        self._in_invoke = False
-        self._params = 0
-        self._string_value = False
-        self._closing = False
-        self._json_in_string = False
-        self._value_cuts: list[int] = []  # chunk boundaries inside held value text
-        self._out: list[Piece] = []
-        self._kind: list[str] = []  # parallel to _out: "s" structural, "k" key text, "v" value text
+        self._pos = 0  # characters released or matched so far
+        self._total = 0  # characters fed so far
+        self._ends: deque[int] = deque()  # end offsets of the feeds whose text is not all released
+        self._run = ""  # copied argument text of the current feed's run, not sent yet
 
     @property
     def done(self) -> bool:
-        return self._state == _DONE
+        return self._stage == _DONE
 
     @property
     def call_count(self) -> int:
         return self._calls
 
     def feed(self, text: str) -> list[Piece]:
-        if self._state == _DONE:
-            return []
-        if self._state == _VALUE and self._buf:
-            self._value_cuts.append(len(self._buf))
-        self._buf += text
-        self._out = []
-        self._kind = []
-        while self._step():
-            pass
-        return self._out
-
-    # ---- emission -------------------------------------------------------------------------
-
-    def _arg(self, text: str, kind: str) -> None:
-        """Append argument text; key text merges with key text."""
-        text = unmask(text)
-        index = self._calls - 1
-        if kind != "s" and self._kind and self._kind[-1] == kind:
-            prev = self._out[-1]
-            assert isinstance(prev, ToolCallArguments)
-            self._out[-1] = ToolCallArguments(index, prev.text + text)
-            return
-        self._out.append(ToolCallArguments(index, text))
-        self._kind.append(kind)
-
-    def _value_text(self, end: int) -> None:
-        """Emit `_buf[:end]` as value text: one piece per chunk it arrived in (never merged)."""
-        start = 0
-        for cut in [*self._value_cuts, end]:
-            cut = min(cut, end)
-            if cut > start:
-                text = unmask(self._buf[start:cut])
-                self._out.append(ToolCallArguments(self._calls - 1, _escape_json_fragment(text) if self._string_value else text))
-                self._kind.append("s")
-                start = cut
-        self._value_cuts = []
-
-    def _start_call(self, name: str) -> None:
-        self._out.append(ToolCallStart(self._calls, new_call_id(self._calls), name))
-        self._kind.append("s")
-        self._calls += 1
-        self._in_invoke = True
-        self._params = 0
-
-    def _end_call(self) -> None:
-        if self._in_invoke:
-            self._arg("}" if self._params else "{}", "s")
-            self._in_invoke = False
-
-    # ---- states -----------------------------------------------------------------------------
-
-    def _step(self) -> bool:
-        """Advance one unit; False when more input is needed (or the block is done)."""
-        state = self._state
-        if state == _OUTSIDE:
-            return self._outside()
-        if state == _TAG:
-            return self._tag()
-        if state == _SKIP:
-            gt = self._buf.find(">")
-            if gt < 0:
-                self._buf = ""
-                return False
-            self._buf = self._buf[gt + 1 :]
-            self._state = _OUTSIDE
-            return True
-        if state == _KEY:
-            return self._key()
-        if state == _AFTER_KEY:
-            return self._after_key()
-        if state == _VALUE:
-            return self._value()
-        return False
-
-    def _outside(self) -> bool:
-        buf = self._buf
-        lt = buf.find("<")
-        while lt >= 0:
-            rest = buf[lt:]
-            if rest.startswith(self._open) or rest.startswith(self._close):
+        out: list[Piece] = []
+        if self._stage == _DONE or not text:
+            return out
+        self._total += len(text)
+        self._ends.append(self._total)
+        buf = self._held + text
+        table = self._table
+        while True:
+            branches = table[self._stage]
+            best_end = -1
+            best: tuple[str, int, str | None] | None = None
+            for branch in branches:
+                i = buf.find(branch[0])
+                if i >= 0 and (best_end < 0 or i + len(branch[0]) < best_end):
+                    best_end = i + len(branch[0])
+                    best = branch
+            if best is None:
                 break
-            if self._open.startswith(rest) or self._close.startswith(rest):
-                self._buf = rest
-                return False
-            lt = buf.find("<", lt + 1)
-        if lt < 0:
-            self._buf = ""
-            return False
-        rest = buf[lt:]
-        if rest.startswith(self._close):
-            self._end_call()
-            self._buf = rest[len(self._close) :]
-            self._state = _TAG
-            self._closing = True
-        else:
-            self._buf = rest[len(self._open) :]
-            self._state = _TAG
-            self._closing = False
-        return True
-
-    def _tag(self) -> bool:
-        """After `<｜DSML｜` or `</｜DSML｜`: the tag name and, for invoke/parameter, the name attribute."""
-        buf = self._buf
-        body = buf[1:] if buf.startswith(" ") else buf
-        end = 0
-        while end < len(body) and (body[end].isalnum() or body[end] == "_"):
-            end += 1
-        if end == len(body):
-            return False
-        tag = body[:end]
-        after = body[end:]
-        if self._closing:
-            if tag in _BLOCK_NAMES:
-                self._end_call()
-                self._state = _DONE
-                self._buf = ""
-                return False
-            self._state = _SKIP
-            self._buf = after
-            return True
-        if tag == "invoke":
-            head = ' name="'
-            if len(after) < len(head):
-                return False
-            if not after.startswith(head):
-                self._state = _SKIP
-                self._buf = after
-                return True
-            quote = after.find('"', len(head))
-            if quote < 0:
-                return False
-            self._end_call()
-            self._start_call(unmask(after[len(head) : quote]))
-            self._buf = after[quote + 1 :]
-            self._state = _SKIP
-            return True
-        if tag == "parameter" and self._in_invoke:
-            # `parameter name=` is followed by the key as written (its quotes included) up to a space
-            head = " name="
-            if len(after) < len(head):
-                return False
-            if not after.startswith(head):
-                self._state = _SKIP
-                self._buf = after
-                return True
-            self._arg(", " if self._params else "{", "s")
-            self._params += 1
-            self._buf = after[len(head) :]
-            self._state = _KEY
-            return True
-        self._state = _SKIP
-        self._buf = after
-        return True
-
-    def _key(self) -> bool:
-        buf = self._buf
-        space = buf.find(" ")
-        if space < 0:
-            if buf:
-                self._arg(buf, "k")
-            self._buf = ""
-            return False
-        if space:
-            self._arg(buf[:space], "k")
-        self._arg(": ", "s")
-        self._buf = buf[space + 1 :]
-        self._state = _AFTER_KEY
-        return True
-
-    def _after_key(self) -> bool:
-        """The rest of the parameter tag: it must end with `true">` or `false">`, else the block is broken."""
-        buf = self._buf
-        gt = buf.find(">")
-        if gt < 0:
-            return False
-        attrs = buf[:gt]
-        if attrs.endswith('true"'):
-            self._open_value(True, gt + 1)
-        elif attrs.endswith('false"'):
-            self._open_value(False, gt + 1)
-        else:
-            self._broken()
-            return False
-        return True
-
-    def _broken(self) -> None:
-        """Malformed markup: the reference stops parsing the block there (the call stays unterminated)."""
-        self._state = _DONE
-        self._buf = ""
-        self._in_invoke = False
-
-    def _open_value(self, is_string: bool, consumed: int) -> None:
-        if is_string:
-            self._arg('"', "s")
-        self._string_value = is_string
-        self._buf = self._buf[consumed:]
-        self._state = _VALUE
-
-    def _value(self) -> bool:
-        buf = self._buf
-        # In a non-string value, `<` inside a JSON string literal never holds the value back.
-        in_str = self._json_in_string
-        lt = -1
-        i = 0
-        n = len(buf)
-        while i < n:
-            ch = buf[i]
-            if not self._string_value:
-                if in_str:
-                    if ch == "\\":
-                        i += 2
-                        continue
-                    if ch == '"':
-                        in_str = False
-                elif ch == '"':
-                    in_str = True
-            if ch == "<":
-                rest = buf[i:]
-                if rest.startswith(self._close):
-                    lt = i
-                    break
-                if self._close.startswith(rest) and not in_str:
-                    return False
-            i += 1
-        if lt < 0:
-            self._value_text(len(buf))
-            self._json_in_string = in_str
-            self._buf = ""
-            return False
-        self._value_text(lt)
-        if self._string_value:
-            self._arg('"', "s")
-        self._json_in_string = False
-        self._buf = buf[lt + len(self._close) :]
-        self._state = _TAG
-        self._closing = True
-        return True
+            self._other(buf[: best_end - len(best[0])], out)
+            self._matched(best[1], best[2], len(best[0]), out)
+            buf = buf[best_end:]
+            if self._stage == _DONE:
+                self._held = ""
+                return out
+        hold = _partial_length(buf, branches)
+        self._other(buf[: len(buf) - hold], out)
+        self._held = buf[len(buf) - hold :]
+        return out
 
     def finish(self) -> list[Piece]:
-        """End of output: pieces still owed (a cut block leaves its arguments unterminated)."""
-        return []
+        """End of output: held text is released as the stage's other text (a cut block stays unterminated)."""
+        out: list[Piece] = []
+        if self._held and self._stage != _DONE:
+            self._other(self._held, out)
+        self._flush(out)
+        self._held = ""
+        return out
+
+    # ---- emission ----------------------------------------------------------------------------
+
+    def _other(self, text: str, out: list[Piece]) -> None:
+        """Released text that matched nothing: dropped, part of the name, or argument text."""
+        if not text:
+            return
+        action = _DEFAULT[self._stage]
+        if action in (_DROP, _NAME_TEXT):
+            if action == _NAME_TEXT:
+                self._name += text
+            self._advance(len(text))
+            return
+        ends = self._ends
+        while text:
+            take = ends[0] - self._pos
+            part = text[:take]
+            text = text[take:]
+            self._run += part
+            self._pos += len(part)
+            if self._pos == ends[0]:
+                ends.popleft()
+                self._flush(out)
+
+    def _flush(self, out: list[Piece]) -> None:
+        """Send the pending run of argument text as one piece."""
+        if self._run:
+            text = unmask(self._run)
+            if _DEFAULT[self._stage] == _ESCAPE:
+                text = _escape_json_fragment(text)
+            out.append(ToolCallArguments(self._calls - 1, text))
+            self._run = ""
+
+    def _advance(self, n: int) -> None:
+        self._pos += n
+        ends = self._ends
+        while ends and ends[0] <= self._pos:
+            ends.popleft()
+
+    def _matched(self, stage: int, label: str | None, length: int, out: list[Piece]) -> None:
+        self._flush(out)
+        if self._stage == _NAME:
+            out.append(ToolCallStart(self._calls, new_call_id(self._calls), unmask(self._name)))
+            self._calls += 1
+            self._name = ""
+        elif label is not None:
+            out.append(ToolCallArguments(self._calls - 1, label))
+        self._stage = stage
+        self._advance(length)
+
+
+def _partial_length(buf: str, branches: tuple[tuple[str, int, str | None], ...]) -> int:
+    """Length of the longest end of `buf` that is a proper prefix of a searched string."""
+    hold = 0
+    for pattern, _, _ in branches:
+        for k in range(min(len(pattern) - 1, len(buf)), hold, -1):
+            if buf.endswith(pattern[:k]):
+                hold = k
+                break
+    return hold

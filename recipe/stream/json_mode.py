@@ -82,6 +82,13 @@ class JsonOutputFilter:
         k = (base + text).find(_FENCE_CLOSE)
         return -1 if k < 0 else k + len(_FENCE_CLOSE) - len(base)
 
+    def break_prose(self) -> list[ContentPiece]:
+        """A removed stray `</think>` splits the prose: text held as a possible fence opener cannot
+        continue across it, so each of its runs becomes one space (as the reference restarts matching)."""
+        out = [ContentPiece(" ", lp) for text, lp in self._seek_held if text]
+        self._seek_held = []
+        return out
+
     def finish(self) -> list[_Run]:
         """End of output: release held text."""
         out: list[_Run] = [(" ", lp) for text, lp in self._seek_held if text]

@@ -334,6 +334,8 @@ class OutputTextParser:
                 self._release(len(before), out)
                 if self._mode == _DONE:
                     return
+                if json is not None and json.seeking:
+                    out.extend(json.break_prose())
                 self._tail = ""
                 self._pending = after
                 continue
@@ -356,7 +358,14 @@ class OutputTextParser:
                     return
                 self._mode = _TOOLS
                 self._tools = self._new_tool_parser()
-                out.extend(self._tools.feed(best_mark + "".join(seg[0] for seg in after)))
+                if isinstance(self._tools, DsmlToolCallParser):
+                    # each backend chunk stays one feed: argument deltas are grouped by chunk
+                    texts = [seg[0] for seg in after] or [""]
+                    texts[0] = best_mark + texts[0]
+                    for text in texts:
+                        out.extend(self._tools.feed(text))
+                else:
+                    out.extend(self._tools.feed(best_mark + "".join(seg[0] for seg in after)))
                 if self._tools.done:
                     self._mode = _DONE
                 return

@@ -2,7 +2,7 @@
 
 With `response_format: json_object` the reference matches stop strings in the JSON text only (after the
 fence opener or the bare start, up to and including the closing fence), never in the prose around it;
-a stray `</think>` is removed before the answer only, and tool-call markup opens a block outside the
+a stray `</think>` is removed before the answer only (and no fence opener spans it), and tool-call markup opens a block outside the
 JSON text only. Each output is fed whole, in text chunks of 1 to 3 characters and as token ids, with
 each stop string, and every event must equal the reference's.
 """
@@ -29,6 +29,9 @@ OUTPUTS = [
     'x {"a": 1\n```\n} more',
     '```json\n{}\n``` a </think> b' + DSML_BLOCK,
     '{} a </think> b' + DSML_BLOCK,
+    # a fence opener cannot span a stray `</think>`: the prose before and after it is blanked
+    '`</think>``\n{"city": "Paris"}',
+    '``</think>`json\n{"a": 1}\n```',
 ]
 STOPS = ["STOP", "}\n", "\n`", "1}\n```", "`\n", "ok", "{", '"a', " ", "json", "｜", "</", "```"]
 FAST = (("stop",), [("text", None), ("text", 1), ("tokens", 1)])
