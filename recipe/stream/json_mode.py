@@ -83,7 +83,7 @@ class JsonOutputFilter:
         return -1 if k < 0 else k + len(_FENCE_CLOSE) - len(base)
 
     def break_prose(self) -> list[ContentPiece]:
-        """A removed stray `</think>` splits the prose: text held as a possible fence opener cannot
+        """A removed stray `</think>` (or the start of a tool-call block) splits the prose: text held as a possible fence opener cannot
         continue across it, so each of its runs becomes one space (as the reference restarts matching)."""
         out = [ContentPiece(" ", lp) for text, lp in self._seek_held if text]
         self._seek_held = []

@@ -356,6 +356,8 @@ class OutputTextParser:
                 self._release(len(self._pending), out)
                 if self._mode == _DONE:
                     return
+                if json is not None and json.seeking:
+                    out.extend(json.break_prose())  # no fence opener continues into the block
                 self._mode = _TOOLS
                 self._tools = self._new_tool_parser()
                 if isinstance(self._tools, DsmlToolCallParser):

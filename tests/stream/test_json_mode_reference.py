@@ -32,6 +32,9 @@ OUTPUTS = [
     # a fence opener cannot span a stray `</think>`: the prose before and after it is blanked
     '`</think>``\n{"city": "Paris"}',
     '``</think>`json\n{"a": 1}\n```',
+    # nor into a tool-call block
+    'x\n``\n\n' + DSML_BLOCK,
+    '``' + DSML_BLOCK,
 ]
 STOPS = ["STOP", "}\n", "\n`", "1}\n```", "`\n", "ok", "{", '"a', " ", "json", "｜", "</", "```"]
 FAST = (("stop",), [("text", None), ("text", 1), ("tokens", 1)])
