@@ -26,7 +26,8 @@ SPECIALS = ["<｜end▁of▁sentence｜>", "<｜User｜>", "<think>", "</think>"
 TOOL_NAMES = ["get_weather", "search", "calc", "lookup_user"]
 STOPS = ["END", "STOP", "\n\n", "sunny", "中文", "x=", "</", "｜", "<｜", "think>", "}", "```", "DSML", "\"", "\n",
          "</think>", "<｜DSML｜", "invoke", "Paris", "{", "a", "🙂", "é", "json", " "]
-MODELS = ["DeepSeek-V4-Pro", "DeepSeek-V4-Flash", "DeepSeek-V4.1-Flash"]
+MODELS = ["DeepSeek-V4-Pro", "DeepSeek-V4.1-Flash"]
+UNSUPPORTED_MODEL = "DeepSeek-V4-Flash"  # a name both sides must reject the same way
 
 _CALL_ID = re.compile(r"call_(\d\d)_[A-Za-z0-9_-]{20,40}")
 _TIME_KEYS = {"created", "created_at", "completed_at"}
@@ -126,7 +127,7 @@ def json_answer(rng: random.Random) -> str:
 def make_case(rng: random.Random, i: int, broken: bool = True) -> dict[str, Any]:
     """One random case; `broken=False` keeps DSML well formed and of the model's own version."""
     api = rng.choice(["chat", "messages", "responses"])
-    model = rng.choice(MODELS)
+    model = UNSUPPORTED_MODEL if rng.random() < 0.03 else rng.choice(MODELS)
     v41 = "4.1" in model
     thinking = rng.random() < 0.5
     tools = rng.random() < 0.55
