@@ -2,8 +2,8 @@
 
 Both processors get the same backend updates (setup excluded; each event rendered to SSE bytes): one
 token id per update, as an engine streams them, or text updates of a few characters. Workloads: "mixed"
-is the golden generator's marker-dense outputs (thinking, DSML tool calls, stop sequences, JSON mode,
-special tokens); "prose" is plain reasoning + answer text, the common serving case. All three APIs; each figure is the median of several repetitions
+is the stream differential generator's well-formed, marker-dense outputs (tests/stream/stream_differential.py:
+thinking, DSML tool calls, stop sequences, JSON mode, special tokens, cases the reference accepts); "prose" is plain reasoning + answer text, the common serving case. All three APIs; each figure is the median of several repetitions
 measured in this run, printed with its ratio to the reference (< 1 means cheaper than the reference).
 
 Run: `.venv/bin/python bench/stream.py [--cases 60] [--repeats 5]`
@@ -110,6 +110,17 @@ def ref_run(case: dict[str, Any], dr: Any, ref_tok: Any) -> Any:
     return run
 
 
+def _accepted(case: dict[str, Any], dr: Any) -> bool:
+    """Whether the reference converts the case's request (rejected ones stream nothing to time)."""
+    req_cls = {"chat": dr.ChatCompletionRequest, "messages": dr.MessagesRequest,
+               "responses": dr.ResponsesRequest}[case["api"]]
+    try:
+        req_cls(case["body"]).convert(dr.ConversionOptions())
+    except Exception:
+        return False
+    return True
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", type=int, default=60)
@@ -120,7 +131,7 @@ def main() -> None:
 
     from recipe.tokenizer import deepseek_v4_tokenizer_path, load_deepseek_v4_tokenizer
 
-    mt = _load("make_transcripts", ROOT / "golden" / "make_transcripts.py")
+    mt = _load("stream_differential", ROOT / "tests" / "stream" / "stream_differential.py")
     harness = _load("stream_harness", ROOT / "tests" / "stream" / "conftest.py")
     tok = load_deepseek_v4_tokenizer()
     ref_tok = dr.Tokenizer.from_file(str(deepseek_v4_tokenizer_path()))
@@ -128,20 +139,26 @@ def main() -> None:
 
     print(f"{'api':<10}{'workload':<14}{'tokens':>8}{'events':>8}  {'ours µs/tok':>12}{'ref µs/tok':>12}{'ratio':>8}"
           f"  {'ours ev/s':>11}{'ref ev/s':>11}")
-    for api_index, api in enumerate(("chat", "messages", "responses")):
-        cases = []
+    for api in ("chat", "messages", "responses"):
+        cases: list[dict[str, Any]] = []
+        i = 0
         while len(cases) < args.cases:
-            case = mt.make_case(rng, api_index)  # case i % 3 selects the api
-            case["explicit_finish"] = True
-            cases.append(case)
-        prose = []
-        for k in range(args.cases):
-            case = mt.make_case(random.Random(k), api_index)
-            case["kind"], case["explicit_finish"], case["finish"] = "prose", True, "stop"
-            case["body"].pop("stop", None)
-            case["body"].pop("stop_sequences", None)
-            case["body"].pop("response_format", None)
-            case["body"].pop("text", None)
+            case = mt.make_case(rng, i, broken=False, api=api)
+            i += 1
+            if _accepted(case, dr):
+                case["explicit_finish"] = True
+                cases.append(case)
+        prose: list[dict[str, Any]] = []
+        k = 0
+        while len(prose) < args.cases:
+            case = mt.make_case(random.Random(k), k, broken=False, api=api)
+            k += 1
+            case["explicit_finish"], case["finish"] = True, "stop"
+            for key in ("stop", "stop_sequences", "response_format", "text", "tools", "tool_choice", "logprobs",
+                        "top_logprobs"):
+                case["body"].pop(key, None)
+            if not _accepted(case, dr):
+                continue
             words = " ".join(rng.choice(PROSE) for _ in range(200))
             case["output"] = (words[:400] + "</think>" + words) if "thinking" not in case["body"] and (
                 api != "responses" or "reasoning" not in case["body"]) else words

@@ -124,9 +124,10 @@ def json_answer(rng: random.Random) -> str:
 # ---- cases ------------------------------------------------------------------------------------------
 
 
-def make_case(rng: random.Random, i: int, broken: bool = True) -> dict[str, Any]:
-    """One random case; `broken=False` keeps DSML well formed and of the model's own version."""
-    api = rng.choice(["chat", "messages", "responses"])
+def make_case(rng: random.Random, i: int, broken: bool = True, api: str | None = None) -> dict[str, Any]:
+    """One random case; `broken=False` keeps DSML well formed and of the model's own version; `api`
+    fixes the API (drawn otherwise)."""
+    api = api or rng.choice(["chat", "messages", "responses"])
     model = UNSUPPORTED_MODEL if rng.random() < 0.03 else rng.choice(MODELS)
     v41 = "4.1" in model
     thinking = rng.random() < 0.5
