@@ -49,6 +49,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, help="largest request body (413 above)")
     p.add_argument("--max-pending", type=int, default=256, help="requests in the server at once (429 above)")
     p.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS", help="per-request limit")
+    p.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="close a connection that has not sent complete request headers within this")
+    p.add_argument("--stream-stall-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="abort a stream (and free its KV) whose client has read nothing for this long")
     p.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="how long shutdown waits for in-flight requests")
     p.add_argument("--metrics-prefix", default="recipe", help="Prometheus series prefix (default recipe)")
@@ -120,7 +124,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         host=args.host, port=args.port, api_keys=tuple(k.strip() for k in keys),
         allow_unauthenticated=args.allow_unauthenticated, served_model_names=tuple(args.served_model_name),
         responses_db=args.responses_db, max_body_bytes=args.max_body_bytes, max_pending_requests=args.max_pending,
-        request_timeout_s=args.request_timeout, drain_timeout_s=args.drain_timeout, metrics_prefix=args.metrics_prefix,
+        request_timeout_s=args.request_timeout, header_timeout_s=args.header_timeout,
+        stream_stall_timeout_s=args.stream_stall_timeout, drain_timeout_s=args.drain_timeout, metrics_prefix=args.metrics_prefix,
         **kv_server_config(args),
     )
 
@@ -164,6 +169,7 @@ def banner(config: ServerConfig, backend: Backend, names: tuple[str, ...]) -> st
 def run(args: argparse.Namespace) -> int:
     import uvicorn
     from recipe.server.app import create_app, served_names_for
+    from recipe.server.http_protocol import guarded_h11
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -196,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
     server = Server(uvicorn.Config(
         app, host=config.host, port=config.port, log_level=args.log_level, access_log=False,
         timeout_graceful_shutdown=int(config.drain_timeout_s), lifespan="on",
+        http=guarded_h11(config.header_timeout_s, config.stream_stall_timeout_s),
     ))
     server.run()
     if server.started:

@@ -16,6 +16,7 @@ from recipe.server.chat_spec import ChatUsageFraming
 from recipe.server.errors import ApiError
 from recipe.server.pipeline import Generation, GenerationTimeout, Pipeline
 from recipe.server.sse import SSEResponse, until_disconnect
+from recipe.server.state import state_of
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -25,6 +26,8 @@ log = logging.getLogger("recipe.server")
 
 TIMEOUT_MESSAGE = "The request timed out before generation finished."
 FAILED_MESSAGE = "The server had an error while generating; see the server log for this request id."
+
+STALL_BACKSTOP_SLACK_S = 2.5
 
 # Called with the generation once every choice has finished normally (Responses storage uses it).
 OnComplete = Callable[[Generation], Awaitable[None]]
@@ -104,7 +107,10 @@ async def stream_response(
             await batches.aclose()
             gen.release()
 
-    return SSEResponse(frames())
+    # The connection's watchdog (http_protocol.py) drops a stalled peer after the stall timeout; this is the
+    # backstop under servers without it, a little later so that the watchdog normally goes first.
+    stall = state_of(request).config.stream_stall_timeout_s + STALL_BACKSTOP_SLACK_S
+    return SSEResponse(frames(), stall_timeout_s=stall)
 
 
 async def collect(request: Request, pipeline: Pipeline, gen: Generation) -> None:

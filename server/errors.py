@@ -23,6 +23,7 @@ _KINDS: dict[int, tuple[str, str | None, str]] = {
     404: ("invalid_request_error", "not_found", "not_found_error"),
     405: ("invalid_request_error", "method_not_allowed", "invalid_request_error"),
     413: ("invalid_request_error", "request_too_large", "request_too_large"),
+    431: ("invalid_request_error", "request_headers_too_large", "request_too_large"),
     429: ("rate_limit_error", "rate_limit_exceeded", "rate_limit_error"),
     500: ("server_error", None, "api_error"),
     503: ("server_error", "service_unavailable", "overloaded_error"),
@@ -86,7 +87,7 @@ class ApiError(Exception):
 
     def response(self, shape: ErrorShape, request_id: str | None = None) -> Response:
         headers = dict(self.headers)
-        if self.status in (400, 401, 403, 404, 413) and "x-should-retry" not in headers:
+        if self.status in (400, 401, 403, 404, 413, 431) and "x-should-retry" not in headers:
             headers["x-should-retry"] = "false"
         return Response(
             orjson.dumps(self.body(shape, request_id)),

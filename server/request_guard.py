@@ -20,6 +20,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 log = logging.getLogger("recipe.server")
 
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+# Request headers past these are refused with 431 before anything reads them. (h11 caps only headers that
+# arrive in pieces, at 16 KiB; headers arriving in one read of up to 256 KiB would pass.)
+MAX_HEADER_BYTES = 32 * 1024
+MAX_HEADER_COUNT = 100
 
 
 def new_request_id() -> str:
@@ -36,7 +40,12 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        raw_headers = scope["headers"]
+        oversized = (len(raw_headers) > MAX_HEADER_COUNT
+                     or sum(len(k) + len(v) + 4 for k, v in raw_headers) > MAX_HEADER_BYTES)
+        if oversized:
+            raw_headers = [(k, v) for k, v in raw_headers if k.lower() == b"anthropic-version"][:1]
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw_headers}
         incoming = headers.get("x-request-id", "")
         request_id = incoming if _SANE_ID.match(incoming) else new_request_id()
         scope.setdefault("state", {})["request_id"] = request_id
@@ -60,6 +69,10 @@ class RequestGuard:
         async def reply(err: ApiError) -> None:
             await err.response(shape, request_id)(scope, receive, send_with_ids)
 
+        if oversized:
+            await reply(ApiError(431, f"Request headers are larger than the server's limit of {MAX_HEADER_BYTES} "
+                                 f"bytes or {MAX_HEADER_COUNT} fields."))
+            return
         key = presented_key(headers)
         if self.keys.enabled and not self.keys.is_public(path) and not self.keys.accepts(key):
             # A browser opening the playground is asked for the key (any user name, the key as password).
