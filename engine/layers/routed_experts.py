@@ -80,6 +80,13 @@ class RoutedExperts(nn.Module):
         self.backend = "grouped"  # or "loop" (EngineConfig.moe_backend)
         self.expert_parallel: Any = None
         self.load_recorder: Any = None
+        self.slot_experts: tuple[int, ...] | None = None  # a rank's shard: logical expert of each slot (-1 empty)
+
+    def expert_slots(self) -> list[tuple[int, int]]:
+        """(slot, logical expert) of every stacked weight to load: all experts, or this rank's shard."""
+        if self.slot_experts is None:
+            return [(e, e) for e in range(self.num_experts)]
+        return [(s, e) for s, e in enumerate(self.slot_experts) if e >= 0]
 
     def routed(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """x [N, H], weights [N, k], ids [N, k] (logical expert ids) -> sum_k weights * expert_ids(x)."""

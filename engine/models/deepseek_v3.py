@@ -178,9 +178,9 @@ class DeepseekV3ForCausalLM(DecoderLM):
         w.one(m.gate.weight, p + "mlp.gate.weight")
         w.one(m.gate.e_score_correction_bias, p + "mlp.gate.e_score_correction_bias")
         ex = p + "mlp.experts."
-        for e in range(m.num_experts):
-            w.cat(m.w_gate_up[e], [f"{ex}{e}.gate_proj.weight", f"{ex}{e}.up_proj.weight"])
-            w.cat(m.w_down[e], [f"{ex}{e}.down_proj.weight"])
+        for slot, e in m.expert_slots():  # every expert, or an expert-parallel rank's own
+            w.cat(m.w_gate_up[slot], [f"{ex}{e}.gate_proj.weight", f"{ex}{e}.up_proj.weight"])
+            w.cat(m.w_down[slot], [f"{ex}{e}.down_proj.weight"])
         _load_mlp(w, m.shared, p + "mlp.shared_experts.")
 
 

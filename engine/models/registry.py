@@ -90,8 +90,12 @@ def load_model(
     *,
     dtype: torch.dtype | str = torch.float32,
     device: torch.device | str = "cpu",
+    shard: Any = None,
 ) -> tuple[ModelForCausalLM, ModelInfo]:
     """Load "smollm2" (the default), a `.gguf` file, or a Hugging Face safetensors folder.
+
+    `shard(model, checkpoint) -> checkpoint`, when given, runs between building a safetensors model and
+    loading its weights (an expert-parallel rank shrinks its experts to its shard and hides the others).
 
     Returns the model (eval mode, weights in `dtype` on `device`, no KV cache yet) and its `ModelInfo`.
     Raises `CheckpointError` (a `ValueError`) with a clear message for anything it cannot load. `dtype` may
@@ -115,7 +119,8 @@ def load_model(
     config, generation, tokenizer_json = read_folder(path)
     arch = _architecture(config)
     model: ModelForCausalLM = build_model(arch, config)
-    model.load_weights(SafetensorsCheckpoint(path))
+    source: Any = SafetensorsCheckpoint(path)
+    model.load_weights(source if shard is None else shard(model, source))
     finish_model(model, torch_dtype, device)
     bos = generation.get("bos_token_id", config.get("bos_token_id"))
     if isinstance(model, DeepseekV4ForCausalLM):

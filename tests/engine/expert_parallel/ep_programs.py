@@ -1,0 +1,75 @@
+"""What the expert-parallel tests run: tiny DeepSeek-V3 checkpoints, the single-process reference, and the
+per-rank program (data-parallel attention: rank r serves prompts r, r + N, ...; experts sharded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from model_driver import PagedDriver, randomize_routing_bias
+from recipe.engine.expert_parallel.ep_moe import enter_collectives_without_tokens
+from recipe.engine.expert_parallel.sharded_weights import shard_for_rank
+from recipe.engine.models.registry import load_model
+
+TINY_V3 = dict(
+    vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+    num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1, n_routed_experts=8,
+    kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16,
+    n_group=4, topk_group=2, num_experts_per_tok=2, first_k_dense_replace=1, max_position_embeddings=512,
+    routed_scaling_factor=2.5, bos_token_id=0, eos_token_id=1,
+)
+
+
+def write_tiny_v3(path: Path, seed: int, **overrides: Any) -> Path:
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    torch.manual_seed(seed)
+    model = DeepseekV3ForCausalLM(DeepseekV3Config(**{**TINY_V3, **overrides}))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 1.0 if "gate.weight" in name else 0.08)
+    randomize_routing_bias(model, seed)
+    model.save_pretrained(path)
+    return path
+
+
+def greedy_run(model: torch.nn.Module, prompts: list[list[int]], decode_steps: int) -> dict[str, Any]:
+    """Prefill every prompt in one step, then `decode_steps` greedy decode steps of all of them together.
+    Returns the fp32 logits of each step's last token per prompt ([steps + 1, V] each) and the tokens."""
+    driver = PagedDriver(model, num_seqs=len(prompts), max_len=max(map(len, prompts)) + decode_steps + 1,
+                         attention_backend="reference")
+    logits: list[list[torch.Tensor]] = [[] for _ in prompts]
+    tokens: list[list[int]] = [[] for _ in prompts]
+    out = driver.step(list(enumerate(prompts)))
+    ends = torch.tensor([len(p) for p in prompts]).cumsum(0) - 1
+    last = out[ends]
+    for step in range(decode_steps + 1):
+        for i in range(len(prompts)):
+            logits[i].append(last[i])
+            tokens[i].append(int(last[i].argmax()))
+        if step < decode_steps:
+            last = driver.step([(i, [tokens[i][-1]]) for i in range(len(prompts))])
+    return {"logits": [torch.stack(x) for x in logits], "tokens": tokens}
+
+
+def reference(path: Path, prompts: list[list[int]], decode_steps: int) -> dict[str, Any]:
+    model, _ = load_model(path)
+    return greedy_run(model, prompts, decode_steps)
+
+
+def ep_rank(rank: int, world_size: int, path: Path, prompts: list[list[int]], decode_steps: int) -> dict[str, Any]:
+    """Rank `rank`'s share of `reference`, with its experts sharded; a rank without prompts still enters
+    every MoE layer's collectives at every step. Also reports which experts it loaded."""
+    model, _ = load_model(path, shard=shard_for_rank(rank, world_size))
+    mine = list(range(rank, len(prompts), world_size))
+    held = {i: m.slot_experts for i, layer in enumerate(model.layers)
+            if (m := getattr(layer, "mlp", None)) is not None and getattr(m, "slot_experts", None) is not None}
+    if not mine:
+        with torch.inference_mode():
+            for _ in range(decode_steps + 1):
+                enter_collectives_without_tokens(model)
+        return {"prompts": [], "held": held}
+    run = greedy_run(model, [prompts[i] for i in mine], decode_steps)
+    return {"prompts": mine, "held": held, **run}
