@@ -63,6 +63,8 @@ def create_app(config: ServerConfig, backend: Backend, *, parts: ProtocolParts |
     """An app serving `backend` under `config`. The backend is shut down with the app."""
     names = served_names_for(config, backend)
     metrics = ServerMetrics(config.metrics_prefix, names[0], backend.stats)
+    if hasattr(backend, "metrics_collector"):  # a backend with series of its own (the disaggregation router)
+        metrics.registry.register(backend.metrics_collector(config.metrics_prefix, names[0]))
     admission = Admission(config.max_pending_requests, config.retry_after_s)
     pipeline = Pipeline(
         parts or load_protocol_parts(), backend, metrics, admission,

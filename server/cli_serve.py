@@ -16,6 +16,7 @@ from typing import Any
 
 from recipe.server.backend import Backend, EchoBackend, echo_model_card
 from recipe.server.config import ServerConfig, default_responses_db
+from recipe.server.disagg_front import add_disagg_args, build_disagg_backend, disagg_requested
 from recipe.server.kv_flags import add_kv_args, kv_engine_config, kv_server_config
 
 EPILOG = """\
@@ -63,6 +64,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     add_engine_arguments(p)
     add_kv_args(p)
+    add_disagg_args(p)
     p.set_defaults(func=run)
 
 
@@ -144,6 +146,9 @@ def default_model_name(model: str | None) -> str:
 def build_backend(args: argparse.Namespace) -> Backend:
     if args.backend == "echo":
         return EchoBackend(model=echo_model_card(args.model or "echo"), token_delay_s=args.echo_token_delay)
+    if disagg_requested(args):
+        return build_disagg_backend(args, {**engine_config_from_args(args), **kv_engine_config(args)},
+                                    default_model_name(args.model))
     from recipe.engine import AsyncLLM
     from recipe.server.engine_backend import EngineBackend
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
     s = sorted(values)
-    k = max(0, min(len(s) - 1, round(q * len(s) + 0.5) - 1))
+    k = max(0, min(len(s) - 1, math.ceil(q * len(s) - 1e-9) - 1))
     return s[k]
 
 

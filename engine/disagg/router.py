@@ -27,6 +27,7 @@ from typing import Any
 from recipe.engine.async_engine import EngineDeadError
 from recipe.engine.disagg import messages as m
 from recipe.engine.disagg.config import DisaggConfig, split_cores
+from recipe.engine.disagg.constraint_wire import to_wire
 from recipe.engine.disagg.live_metrics import LiveMetrics, Window
 from recipe.engine.disagg.pool import WorkerProcess
 from recipe.engine.disagg.routing import PrefixIndex, WorkerLoad, block_hashes, pick_decode, pick_prefill
@@ -80,7 +81,9 @@ class DisaggLLM:
         self.prefix_index = PrefixIndex()
         self.ttft = Window()
         self.tpot = Window()
-        self.handoffs: list[HandoffRecord] = []
+        self.handoffs: list[HandoffRecord] = []  # the last 1000
+        self.handoff_count = 0
+        self.handoff_bytes = 0
         self._pending_handoffs: dict[str, Any] = {}
         roles = self.config.roles()
         cores = split_cores(sorted(os.sched_getaffinity(0)), len(roles)) if self.config.pin_cores else [None] * len(roles)
@@ -233,7 +236,7 @@ class DisaggLLM:
             self._requests[request_id] = req
         from recipe.engine.disagg.request_flow import RequestFlow
 
-        flow = RequestFlow(self, request_id, ids, params, req)
+        flow = RequestFlow(self, request_id, ids, to_wire(params), req)
         try:
             for attempt in range(3):
                 try:
@@ -306,6 +309,8 @@ class DisaggLLM:
             return None if choice is None else self._workers[choice.worker_id]
 
     def record_handoff(self, handoff: m.Handoff, installed: m.Installed) -> None:
+        self.handoff_count += 1
+        self.handoff_bytes += handoff.payload_bytes
         self.handoffs.append(HandoffRecord(handoff.payload_bytes, installed.num_blocks, handoff.capture_s,
                                            installed.install_s))
         del self.handoffs[:-1000]

@@ -9,6 +9,7 @@ idle worker (the router drains it first). The process ends on `Stop` or when the
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections import deque
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 
 from recipe.engine.disagg import messages as m
 from recipe.engine.disagg.config import ROLES
+from recipe.engine.disagg.constraint_wire import ConstraintCache
 from recipe.engine.disagg.handoff import HandoffEngine
 from recipe.engine.disagg.transport import TransportError, make_transport
 
@@ -70,6 +72,7 @@ class Worker:
         self.step_times: list[tuple[int, int, float]] = []
         self.stopped = False
         self._last_stats = 0.0
+        self.constraints = ConstraintCache(str(getattr(engine.model_info, "tokenizer_json", "") or ""))
 
     def run(self) -> None:
         e = self.engine
@@ -96,6 +99,8 @@ class Worker:
     def handle(self, msg: Any) -> None:
         e = self.engine
         try:
+            if isinstance(msg, (m.Generate, m.Prefill, m.Reserve)):
+                msg = dataclasses.replace(msg, params=self.constraints.resolve(msg.params))
             if isinstance(msg, m.Generate):
                 e.add_request(msg.request_id, msg.prompt_ids, msg.params)
                 self.queued_prompt_tokens[msg.request_id] = len(msg.prompt_ids)
@@ -114,7 +119,7 @@ class Worker:
                 self.role = msg.role
             elif isinstance(msg, m.Stop):
                 self.stopped = True
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError) as exc:  # a ConstraintError is a ValueError
             rid = getattr(msg, "request_id", None) or getattr(getattr(msg, "handoff", None), "request_id", "")
             self.channel.send(m.RequestFailed(str(rid), str(exc), bad_request=True))
 

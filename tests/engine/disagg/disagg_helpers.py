@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 
 import numpy as np
@@ -71,3 +72,8 @@ def reference(llm: Any, prompts: list[list[int]], params: list[Any]) -> list[dic
     for o in outs:
         by_req.setdefault(o.request_id, {})[o.index] = (list(o.new_token_ids), o.finish_reason)
     return list(by_req.values())
+
+
+def prompts_of(seed: int, count: int, lo: int = 1, hi: int = 40) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 256) for _ in range(rng.randrange(lo, hi))] for _ in range(count)]

@@ -3,11 +3,10 @@ greedy outputs of one colocated engine: plain, n > 1, stop tokens, constraints, 
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
-from disagg_helpers import EvenTokens, reference, run_all
+from disagg_helpers import EvenTokens, prompts_of, reference, run_all
 from recipe.engine import LLM, SamplingParams
 from recipe.engine.disagg.config import DisaggConfig
 from recipe.engine.disagg.router import DisaggLLM
@@ -29,11 +28,6 @@ def colocated(llama_checkpoint: Path):  # type: ignore[no-untyped-def]
     llm = LLM(str(llama_checkpoint), **CONFIG)
     yield llm
     llm.shutdown()
-
-
-def prompts_of(seed: int, count: int, lo: int = 1, hi: int = 40) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(3, 256) for _ in range(rng.randrange(lo, hi))] for _ in range(count)]
 
 
 def test_workers_are_separate_processes_on_disjoint_cores(router: DisaggLLM) -> None:

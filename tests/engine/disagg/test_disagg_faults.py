@@ -1,6 +1,7 @@
-"""Faults: a worker SIGKILLed mid-stream ends its requests with an error (or re-runs them when no token was
-sent yet), never a hang; the worker is restarted and the health check says so meanwhile; a hand-off the
-decode side does not take in times out cleanly."""
+"""Faults and role moves on 1 prefill + 2 decode workers: a worker SIGKILLed mid-stream ends its requests with
+an error (or re-runs them when no token was sent yet), never a hang; the worker is restarted and the health
+check says so meanwhile; a hand-off the decode side does not take in times out cleanly; a worker moved to
+another role is drained first and no request is lost."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from disagg_helpers import collect, reference, run_all
+from disagg_helpers import collect, prompts_of, reference, run_all
 from recipe.engine import LLM, SamplingParams
 from recipe.engine.disagg import messages as m
 from recipe.engine.disagg.config import DisaggConfig
@@ -23,7 +24,7 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=10)
 
 @pytest.fixture(scope="module")
 def router(llama_checkpoint: Path):  # type: ignore[no-untyped-def]
-    r = DisaggLLM(str(llama_checkpoint), DisaggConfig(1, 1, handoff_timeout_s=3.0, ready_timeout_s=600), **CONFIG)
+    r = DisaggLLM(str(llama_checkpoint), DisaggConfig(1, 2, handoff_timeout_s=3.0, ready_timeout_s=600), **CONFIG)
     yield r
     r._stop_all()
     for w in r._workers.values():
@@ -103,3 +104,33 @@ def test_a_hand_off_the_decode_side_never_takes_times_out(router: DisaggLLM) -> 
     assert not router._pending_handoffs
     out = run_all(router, [[40, 41, 42, 43, 44]], [GREEDY], prefix="after-stall")
     assert len(out[0][0][0]) >= 1
+
+
+def test_drain_then_switch_loses_no_request(router: DisaggLLM, colocated: LLM) -> None:
+    wait_ready(router)
+    target = [w["id"] for w in router.workers() if w["role"] == "decode"][-1]
+    restarts = router.restarts
+    prompts = prompts_of(11, 6, 5, 30)
+    params = [SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)] * len(prompts)
+
+    async def main():  # type: ignore[no-untyped-def]
+        tasks = [asyncio.create_task(collect(router, f"drain{i}", p, sp))
+                 for i, (p, sp) in enumerate(zip(prompts, params, strict=True))]
+        await asyncio.sleep(0.2)
+        busy = router.load_of(target).active_requests
+        move = asyncio.create_task(router.move_worker(target, "prefill"))
+        await asyncio.sleep(0)
+        assert router.load_of(target).available is False  # no new request goes to a draining worker
+        results = await asyncio.wait_for(asyncio.gather(*tasks), 120)
+        await asyncio.wait_for(move, 60)
+        return results, busy
+
+    results, busy = asyncio.run(main())
+    assert busy > 0, "the moved worker had no request in flight: the test proves nothing"
+    assert results == reference(colocated, prompts, params)
+    assert [w["role"] for w in router.workers()] == ["prefill", "decode", "prefill"]
+    assert router.restarts == restarts  # the worker was idle when re-labelled (it asserts so)
+    more = prompts_of(12, 4)
+    assert run_all(router, more, [GREEDY] * 4, prefix="moved") == reference(colocated, more, [GREEDY] * 4)
+    asyncio.run(router.move_worker(target, "decode"))
+    assert [w["role"] for w in router.workers()] == ["prefill", "decode", "decode"]

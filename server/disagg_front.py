@@ -1,0 +1,70 @@
+"""`recipe serve --prefill-workers N --decode-workers M [--autoscale]`: the server fronts engine worker
+processes through the disaggregation router (`recipe.engine.disagg.router.DisaggLLM`) instead of one
+embedded engine. The protocol layer is unchanged: the router has the embedded engine's face.
+
+`/health` answers 503 naming the workers that are not ready (a worker restarting after a crash, one being
+started); `/metrics` gains the router's series (per-role worker counts, hand-offs, autoscaler decisions).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from recipe.server.engine_backend import EngineBackend
+
+
+def add_disagg_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("disaggregated serving", "prefill and decode in separate worker processes")
+    g.add_argument("--prefill-workers", type=int, default=None, metavar="N",
+                   help="prefill worker processes (with --decode-workers: disaggregated serving)")
+    g.add_argument("--decode-workers", type=int, default=None, metavar="M", help="decode worker processes")
+    g.add_argument("--both-workers", type=int, default=0, metavar="K",
+                   help="colocated worker processes (both phases), balanced by the same router")
+    g.add_argument("--autoscale", action="store_true",
+                   help="move workers between the prefill and decode roles as load shifts")
+    g.add_argument("--handoff-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="longest a decode worker may take to take in a hand-off (default 30)")
+    g.add_argument("--no-pin-cores", action="store_true", help="do not pin workers to disjoint cores")
+
+
+def disagg_requested(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "prefill_workers", None) or getattr(args, "decode_workers", None)
+                or getattr(args, "both_workers", 0))
+
+
+class DisaggBackend(EngineBackend):
+    """`EngineBackend` over the router; unhealthy while any worker is not ready."""
+
+    def failure(self) -> str | None:
+        if not self.engine.is_running:
+            return "engine stopped"
+        return self.engine.health_problem()  # type: ignore[no-any-return]
+
+    def metrics_collector(self, prefix: str, model_name: str) -> Any:
+        from recipe.server.disagg_metrics import DisaggCollector
+
+        return DisaggCollector(prefix, model_name, self.engine, getattr(self, "autoscaler", None))
+
+    async def shutdown(self) -> None:
+        autoscaler = getattr(self, "autoscaler", None)
+        if autoscaler is not None:
+            autoscaler.stop()
+        await self.engine.shutdown()
+
+
+def build_disagg_backend(args: argparse.Namespace, engine_config: dict[str, Any], name: str) -> DisaggBackend:
+    from recipe.engine.disagg.config import DisaggConfig
+    from recipe.engine.disagg.router import DisaggLLM
+
+    config = DisaggConfig(prefill_workers=args.prefill_workers or 0, decode_workers=args.decode_workers or 0,
+                          both_workers=args.both_workers or 0, pin_cores=not args.no_pin_cores,
+                          handoff_timeout_s=args.handoff_timeout)
+    router = DisaggLLM(args.model or "smollm2", config, **engine_config)
+    backend = DisaggBackend(router, name=name)
+    if args.autoscale:
+        from recipe.engine.disagg.autoscaler import AutoscalerLoop
+
+        backend.autoscaler = AutoscalerLoop(router)  # type: ignore[attr-defined]
+        backend.autoscaler.start()  # type: ignore[attr-defined]
+    return backend
