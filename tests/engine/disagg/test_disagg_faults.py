@@ -18,6 +18,8 @@ from recipe.engine.disagg import messages as m
 from recipe.engine.disagg.config import DisaggConfig
 from recipe.engine.disagg.router import DisaggLLM, WorkerLostError
 
+pytestmark = pytest.mark.slow  # three worker processes and two restarts: about two minutes on 2 busy cores
+
 CONFIG = {"dtype": "float32", "num_kv_blocks": 160, "block_size": 4, "num_threads": 1}
 GREEDY = SamplingParams(temperature=0.0, max_tokens=10)
 
