@@ -3,14 +3,19 @@ per-rank program (data-parallel attention: rank r serves prompts r, r + N, ...; 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from model_driver import PagedDriver, randomize_routing_bias
+from recipe.engine.expert_parallel import metrics
 from recipe.engine.expert_parallel.ep_moe import enter_collectives_without_tokens
-from recipe.engine.expert_parallel.sharded_weights import shard_for_rank
+from recipe.engine.expert_parallel.load_recorder import ExpertLoadRecorder
+from recipe.engine.expert_parallel.placement_apply import rebalance
+from recipe.engine.expert_parallel.sharded_weights import CheckpointExperts, shard_for_rank
 from recipe.engine.models.registry import load_model
+from recipe.engine.models.safetensors_loader import SafetensorsCheckpoint
 
 TINY_V3 = dict(
     vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
@@ -35,9 +40,11 @@ def write_tiny_v3(path: Path, seed: int, **overrides: Any) -> Path:
     return path
 
 
-def greedy_run(model: torch.nn.Module, prompts: list[list[int]], decode_steps: int) -> dict[str, Any]:
+def greedy_run(model: torch.nn.Module, prompts: list[list[int]], decode_steps: int,
+               between: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Prefill every prompt in one step, then `decode_steps` greedy decode steps of all of them together.
-    Returns the fp32 logits of each step's last token per prompt ([steps + 1, V] each) and the tokens."""
+    Returns the fp32 logits of each step's last token per prompt ([steps + 1, V] each) and the tokens.
+    `between(step)` runs after each step but the last (a safe point)."""
     driver = PagedDriver(model, num_seqs=len(prompts), max_len=max(map(len, prompts)) + decode_steps + 1,
                          attention_backend="reference")
     logits: list[list[torch.Tensor]] = [[] for _ in prompts]
@@ -50,6 +57,8 @@ def greedy_run(model: torch.nn.Module, prompts: list[list[int]], decode_steps: i
             logits[i].append(last[i])
             tokens[i].append(int(last[i].argmax()))
         if step < decode_steps:
+            if between is not None:
+                between(step)
             last = driver.step([(i, [tokens[i][-1]]) for i in range(len(prompts))])
     return {"logits": [torch.stack(x) for x in logits], "tokens": tokens}
 
@@ -73,3 +82,38 @@ def ep_rank(rank: int, world_size: int, path: Path, prompts: list[list[int]], de
         return {"prompts": [], "held": held}
     run = greedy_run(model, [prompts[i] for i in mine], decode_steps)
     return {"prompts": mine, "held": held, **run}
+
+
+def ep_rank_rebalancing(rank: int, world_size: int, path: Path, prompts: list[list[int]], decode_steps: int,
+                        switch_after: int, num_redundant: int) -> dict[str, Any]:
+    """`ep_rank`, recording expert loads, with EPLB applied (new placement, weights moved) after step
+    `switch_after`; reports the metrics collected at the switch and the placements before and after."""
+    model, _ = load_model(path, shard=shard_for_rank(rank, world_size))
+    recorder = ExpertLoadRecorder(model)
+    fetch = CheckpointExperts(SafetensorsCheckpoint(path))
+    report: dict[str, Any] = {}
+
+    def between(step: int) -> None:
+        if step == switch_after:
+            report["metrics_before"] = metrics.collect(model)
+            report["loads"] = recorder.global_counts()
+            report["held_before"] = [m.slot_experts for m in _moe(model)]
+            report["plans"] = rebalance(model, recorder, rank, world_size, num_redundant, fetch)
+            report["held_after"] = [m.slot_experts for m in _moe(model)]
+
+    mine = list(range(rank, len(prompts), world_size))
+    if mine:
+        report.update(greedy_run(model, [prompts[i] for i in mine], decode_steps, between))
+    else:
+        with torch.inference_mode():
+            for step in range(decode_steps + 1):
+                enter_collectives_without_tokens(model)
+                if step < decode_steps:
+                    between(step)
+    report["metrics_after"] = metrics.collect(model)
+    report["prompts"] = mine
+    return report
+
+
+def _moe(model: torch.nn.Module) -> list[Any]:
+    return [layer.mlp for layer in model.layers if getattr(getattr(layer, "mlp", None), "slot_experts", None)]
