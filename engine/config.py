@@ -47,12 +47,15 @@ class EngineConfig:
     # "reference" (default): one attention call per sequence, so a sequence's numerics never depend on
     # what else is in the batch; "batched": one padded call per layer for the decode rows (proven equal in
     # tests to 1e-10 in fp64, but fp32 rounding then varies with batch composition, and its speed-up is not
-    # yet measured on a quiet machine).
+    # yet measured on a quiet machine); "native": the decode rows in one native kernel call per layer that
+    # reads K/V in place through the block tables, each row computed alone (batch-independent numerics; fp32
+    # only, else the reference), prefill spans as the reference.
     attention_backend: str = "reference"
     # "dtype": weights in `dtype`; "int8" / "int4": weight-only quantised linears on torch's kernels; "q8_0" /
     # "q4_1": GGUF's block formats on the native CPU kernels (engine/kernels; pure torch without a compiler)
     weight_format: str = "dtype"
     moe_backend: str = "grouped"  # "loop": one matmul pair per expert
+    norm_backend: str = "torch"  # "native": RMSNorm of fp32 rows in one native kernel call (engine/kernels)
     # Speculative decoding (engine/speculative): None = off; "ngram", "draft-head" or "mtp". Draft tokens per
     # step: an int, or "auto" (per sequence and step, from the drafter's confidences and the step cost model,
     # which is read from `speculative_cost_model` (a JSON file) or else profiled at start-up).
@@ -77,10 +80,11 @@ class EngineConfig:
             (self.kv_disk_bytes is None or self.kv_dir is not None, "kv_disk_bytes needs kv_dir"),
             (not self.kv_tiers_enabled or self.enable_prefix_caching,
              "the lower KV tiers (kv_host_bytes, kv_dir) need enable_prefix_caching"),
-            (self.attention_backend in ("batched", "reference"),
-             f"attention_backend must be 'batched' or 'reference', got {self.attention_backend!r}"),
+            (self.attention_backend in ("batched", "native", "reference"),
+             f"attention_backend must be 'batched', 'native' or 'reference', got {self.attention_backend!r}"),
             (self.weight_format in WEIGHT_FORMATS,
              f"weight_format must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {self.weight_format!r}"),
+            (self.norm_backend in ("native", "torch"), f"norm_backend must be 'native' or 'torch', got {self.norm_backend!r}"),
             (self.moe_backend in ("grouped", "loop"), f"moe_backend must be 'grouped' or 'loop', got {self.moe_backend!r}"),
             (self.speculative in (None, "ngram", "draft-head", "mtp"),
              f"speculative must be None, 'ngram', 'draft-head' or 'mtp', got {self.speculative!r}"),

@@ -81,7 +81,7 @@ class LLMEngine:
         self.runner = ModelRunner(self.model, block_size=cfg.block_size, num_blocks=num_blocks,
                                   dtype=self.dtype, device=self.device, attention_backend=cfg.attention_backend,
                                   weight_format=cfg.weight_format, moe_backend=cfg.moe_backend,
-                                  kinds=kinds)
+                                  kinds=kinds, norm_backend=cfg.norm_backend)
         self.kv_tiers: Any = None
         if cfg.kv_tiers_enabled:
             from recipe.engine.kv_tiers import KVTiers

@@ -18,6 +18,7 @@ import torch
 from recipe.engine import device as devices
 from recipe.engine.context import AttentionContext, reset_context, set_context
 from recipe.engine.kv_cache import KVCache
+from recipe.engine.layers.rmsnorm import RMSNorm
 from recipe.engine.layers.routed_experts import RoutedExperts
 from recipe.engine.sampler import Sampler, SamplerOutput, SamplingRow
 from recipe.engine.scheduler import PLACEHOLDER, SchedulerOutput
@@ -79,7 +80,7 @@ def kv_cache_blocks(model: Any, *, block_size: int, dtype: torch.dtype, device: 
 class ModelRunner:
     def __init__(self, model: Any, *, block_size: int, num_blocks: int, dtype: torch.dtype,
                  device: torch.device, attention_backend: str = "batched", weight_format: str = "dtype",
-                 moe_backend: str = "grouped", kinds: Any = None) -> None:
+                 moe_backend: str = "grouped", kinds: Any = None, norm_backend: str = "torch") -> None:
         """The speed options are `EngineConfig`'s (each with its reference path as the off switch)."""
         self.model = model
         self.attention_backend = attention_backend
@@ -88,6 +89,8 @@ class ModelRunner:
         for module in model.modules():
             if isinstance(module, RoutedExperts):
                 module.backend = moe_backend
+            elif isinstance(module, RMSNorm):
+                module.backend = norm_backend
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.device = device

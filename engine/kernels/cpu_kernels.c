@@ -74,50 +74,81 @@ static inline int32_t block_dot_scalar(const int8_t *w8, const uint8_t *w4, cons
     return s;
 }
 
-/* y[n] for one activation row against one weight row; w8 (q8_0) or w4 + mn (q4_1). */
-static float row_dot(const int8_t *w8, const uint8_t *w4, const float *dw, const float *mn, const int8_t *xq,
-                     const float *dx, const int32_t *xs, int64_t nb) {
-    float off = 0.0f;
+/* y[r] for one activation row against weight rows r < nr (nr is a literal at each call, so the loops unroll);
+ * w8 (q8_0) or w4 + mn (q4_1), rows `wrow` bytes apart. Each output is one accumulator over the blocks in
+ * order: the same operations whatever nr, M or the thread. */
+static inline __attribute__((always_inline)) void rows_dot(
+        const int nr, const int8_t *w8, const uint8_t *w4, int64_t wrow, const float *dw, const float *mn,
+        const int8_t *xq, const float *dx, const int32_t *xs, int64_t nb, float *y) {
 #ifdef __AVX2__
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4];
+    float off[4];
+    for (int r = 0; r < nr; r++) { acc[r] = _mm256_setzero_ps(); off[r] = 0.0f; }
     for (int64_t b = 0; b < nb; b++) {
-        __m256i x = _mm256_loadu_si256((const __m256i *)(xq + b * QK)), p;
-        if (w8 != NULL) {
-            __m256i w = _mm256_loadu_si256((const __m256i *)(w8 + b * QK));
-            p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-        } else {
-            p = _mm256_maddubs_epi16(unpack_q4(w4 + b * (QK / 2)), x);
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + b * QK));
+        const float sx = dx[b];
+        for (int r = 0; r < nr; r++) {
+            __m256i p;
+            if (w8 != NULL) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(w8 + r * wrow + b * QK));
+                p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+            } else {
+                p = _mm256_maddubs_epi16(unpack_q4(w4 + r * wrow + b * (QK / 2)), x);
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)),
+                                     _mm256_set1_ps(dw[r * nb + b] * sx), acc[r]);
+            if (mn != NULL) off[r] += mn[r * nb + b] * sx * (float)xs[b];
         }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), _mm256_set1_ps(dw[b] * dx[b]), acc);
-        if (mn != NULL) off += mn[b] * dx[b] * (float)xs[b];
     }
-    return hsum(acc) + off;
+    for (int r = 0; r < nr; r++) y[r] = hsum(acc[r]) + off[r];
 #else
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        int32_t s = block_dot_scalar(w8 ? w8 + b * QK : NULL, w4 ? w4 + b * (QK / 2) : NULL, xq + b * QK);
-        acc += (dw[b] * dx[b]) * (float)s;
-        if (mn != NULL) off += mn[b] * dx[b] * (float)xs[b];
+    for (int r = 0; r < nr; r++) {
+        float acc = 0.0f, off = 0.0f;
+        for (int64_t b = 0; b < nb; b++) {
+            int32_t s = block_dot_scalar(w8 ? w8 + r * wrow + b * QK : NULL, w4 ? w4 + r * wrow + b * (QK / 2) : NULL,
+                                         xq + b * QK);
+            acc += (dw[r * nb + b] * dx[b]) * (float)s;
+            if (mn != NULL) off += mn[r * nb + b] * dx[b] * (float)xs[b];
+        }
+        y[r] = acc + off;
     }
-    return acc + off;
 #endif
 }
 
 static void quant_matmul(const float *x, int64_t M, int64_t K, const int8_t *w8, const uint8_t *w4, const float *d,
                          const float *mn, int64_t N, float *y) {
-    const int64_t nb = K / QK;
+    const int64_t nb = K / QK, groups = (N + 3) / 4;
     int8_t *xq = (int8_t *)malloc((size_t)(M * K));
     float *dx = (float *)malloc(sizeof(float) * (size_t)(M * nb));
     int32_t *xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)(M * nb));
     if (xq != NULL && dx != NULL && xs != NULL) {
         quantize_rows(x, M, K, xq, dx, xs);
         const int64_t wrow = w8 != NULL ? K : K / 2;
-#pragma omp parallel for schedule(dynamic, 32) if (N * K * M >= 65536)
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t m = 0; m < M; m++)
-                y[m * N + n] = row_dot(w8 ? w8 + n * wrow : NULL, w4 ? w4 + n * wrow : NULL, d + n * nb,
-                                       mn ? mn + n * nb : NULL, xq + m * K, dx + m * nb, xs + m * nb, nb);
+#pragma omp parallel for schedule(dynamic, 8) if (N * K * M >= 65536)
+        for (int64_t g = 0; g < groups; g++) {
+            const int64_t n = g * 4;
+            const int8_t *a8 = w8 ? w8 + n * wrow : NULL;
+            const uint8_t *a4 = w4 ? w4 + n * wrow : NULL;
+            const float *an = mn ? mn + n * nb : NULL;
+            for (int64_t m = 0; m < M; m++) {
+                float out[4];
+                const int8_t *xm = xq + m * K;
+                if (n + 4 <= N) {
+                    if (w8 != NULL) rows_dot(4, a8, NULL, wrow, d + n * nb, NULL, xm, dx + m * nb, xs + m * nb, nb, out);
+                    else rows_dot(4, NULL, a4, wrow, d + n * nb, an, xm, dx + m * nb, xs + m * nb, nb, out);
+                    for (int r = 0; r < 4; r++) y[m * N + n + r] = out[r];
+                } else {
+                    for (int64_t r = 0; n + r < N; r++) {
+                        if (w8 != NULL) rows_dot(1, a8 + r * wrow, NULL, wrow, d + (n + r) * nb, NULL, xm, dx + m * nb,
+                                                 xs + m * nb, nb, out);
+                        else rows_dot(1, NULL, a4 + r * wrow, wrow, d + (n + r) * nb, an + r * nb, xm, dx + m * nb,
+                                      xs + m * nb, nb, out);
+                        y[m * N + n + r] = out[0];
+                    }
+                }
+            }
+        }
     }
     free(xq);
     free(dx);
@@ -232,4 +263,20 @@ void q4_1_dequantize(const uint8_t *w, const float *d, const float *mn, int64_t 
                 o[j + QK / 2] = dd * (float)(q[j] >> 4) + mm;
             }
         }
+}
+
+/* RMSNorm of rows x[M, H]: out = x * (1 / sqrt(mean(x^2) + eps)) * w, each row alone. */
+void rms_norm(const float *x, const float *w, int64_t M, int64_t H, float eps, float *out) {
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = x + m * H;
+        float *o = out + m * H;
+        const float inv = 1.0f / sqrtf(dot(xr, xr, H) / (float)H + eps);
+        int64_t i = 0;
+#ifdef __AVX2__
+        const __m256 vi = _mm256_set1_ps(inv);
+        for (; i + 8 <= H; i += 8)
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + i), vi), _mm256_loadu_ps(w + i)));
+#endif
+        for (; i < H; i++) o[i] = xr[i] * inv * w[i];
+    }
 }

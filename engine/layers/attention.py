@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from recipe.engine.kernels.native import library
 from recipe.engine.kv_cache import CacheSpec
-from recipe.engine.layers.attention_plan import AttentionPlan, PrefillSpan
+from recipe.engine.layers.attention_plan import AttentionPlan, PagedDecode, PrefillSpan
 from torch import nn
 
 
@@ -71,7 +72,9 @@ def paged_attend(
     group = heads // kv_heads
     dtype = q.dtype
     out = q.new_empty(n, heads, value_dim)
-    for d in plan.decodes:
+    native = plan.paged_decode is not None and _native_decode(q, plan.paged_decode, k_cache, v_cache, scale,
+                                                              value_dim, out)
+    for d in () if native else plan.decodes:
         # The query heads sharing a KV head act as that head's queries: no mask, no repeated K/V.
         k, v = _context_kv(k_cache, v_cache, d.blocks, d.context_len, dtype, value_dim)  # [Hkv, L, D]
         o = F.scaled_dot_product_attention(q[d.row].view(1, kv_heads, group, dk), k[None], v[None], scale=scale)
@@ -80,6 +83,31 @@ def paged_attend(
         k, v = _context_kv(k_cache, v_cache, p.blocks, p.context_len, dtype, value_dim)
         out[p.start : p.end] = _attend_span(q, p, k, v, scale, group)
     return out
+
+
+def _native_decode(q: torch.Tensor, d: PagedDecode, k_cache: torch.Tensor, v_cache: torch.Tensor | None,
+                   scale: float, value_dim: int, out: torch.Tensor) -> bool:
+    """Backend "native": every decode row in one kernel call that reads K/V in place through the block tables
+    (no gathered copy), each (row, KV head) computed alone, so a row's result does not depend on the batch.
+    False (nothing done) where the kernel does not apply: no native library, not fp32, or a cache layout
+    that is not [blocks, block_size, kv_heads, dim] with contiguous tokens."""
+    lib = library()
+    caches = [k_cache] if v_cache is None else [k_cache, v_cache]
+    if lib is None or q.dtype != torch.float32 or any(c.dtype != torch.float32 or c.stride(-1) != 1
+                                                      or c.stride(0) != c.shape[1] * c.stride(1) for c in caches):
+        return False
+    b = d.rows.shape[0]
+    heads, dk = q.shape[1:]
+    qd = (q[:b] if d.in_order else q.index_select(0, d.rows)).contiguous()
+    o = out[:b] if d.in_order else q.new_empty(b, heads, value_dim)
+    v = k_cache if v_cache is None else v_cache
+    lib.paged_decode_attention(
+        qd.data_ptr(), k_cache.data_ptr(), v.data_ptr(), d.tables.data_ptr(), d.tables.shape[1],
+        d.context_lens.data_ptr(), b, heads, k_cache.shape[2], dk, value_dim, k_cache.shape[1],
+        k_cache.stride(1), k_cache.stride(2), v.stride(1), v.stride(2), scale, o.data_ptr())
+    if not d.in_order:
+        out.index_copy_(0, d.rows, o)
+    return True
 
 
 def _attend_batched(

@@ -45,6 +45,17 @@ class DecodeBatch:
 
 
 @dataclass(frozen=True)
+class PagedDecode:
+    """Every decode row of the step for the native kernel, which reads K/V in place through the block tables:
+    row `i` is flat row `rows[i]`, attending to the first `context_lens[i]` tokens of `tables[i]`."""
+
+    rows: torch.Tensor  # int64 [B]
+    tables: torch.Tensor  # int64 [B, max_blocks], contiguous
+    context_lens: torch.Tensor  # int64 [B]
+    in_order: bool  # rows are 0..B-1 (a decode-only step): no gather of queries or scatter of outputs
+
+
+@dataclass(frozen=True)
 class AttentionPlan:
     slot_mapping: torch.Tensor
     block_size: int
@@ -53,6 +64,7 @@ class AttentionPlan:
     prefills: tuple[PrefillSpan, ...]
     backend: str = "reference"  # "batched": one call per layer for the decode rows (`decode_batch`)
     decode_batch: DecodeBatch | None = None
+    paged_decode: PagedDecode | None = None  # backend "native": the decode rows for the native kernel
 
 
 def build_attention_plan(ctx: AttentionContext) -> AttentionPlan:
@@ -78,7 +90,17 @@ def build_attention_plan(ctx: AttentionContext) -> AttentionPlan:
     assert start == ctx.slot_mapping.shape[0], "slot_mapping must hold one slot per new token"
     backend = ctx.attention_backend
     batch = _decode_batch(ctx, decodes, decode_seqs) if backend == "batched" and decodes else None
-    return AttentionPlan(ctx.slot_mapping, bs, start, tuple(decodes), tuple(prefills), backend, batch)
+    paged = _paged_decode(ctx, decodes, decode_seqs) if backend == "native" and decodes else None
+    return AttentionPlan(ctx.slot_mapping, bs, start, tuple(decodes), tuple(prefills), backend, batch, paged)
+
+
+def _paged_decode(ctx: AttentionContext, decodes: list[DecodeRow], seqs: list[int]) -> PagedDecode:
+    device = ctx.slot_mapping.device
+    rows = [d.row for d in decodes]
+    tables = ctx.block_tables.index_select(0, torch.tensor(seqs, dtype=torch.int64, device=device)).contiguous()
+    lens = torch.tensor([d.context_len for d in decodes], dtype=torch.int64, device=device)
+    return PagedDecode(torch.tensor(rows, dtype=torch.int64, device=device), tables, lens,
+                       rows == list(range(len(rows))))
 
 
 def _decode_batch(ctx: AttentionContext, decodes: list[DecodeRow], seqs: list[int]) -> DecodeBatch:
