@@ -109,7 +109,7 @@ class V4Attention(nn.Module):
             s, e, p0 = span.start, span.end, span.pos0
             p1 = p0 + e - s
             wtable = span.tables[window_kind]
-            lo = max(0, p0 - self.lookback)
+            lo = max(0, p0 - self.lookback, span.window_from)  # no window rows below window_from
             past = self.window_rows.read(wtable, lo, p0)
             seq_rows = torch.cat((past, new_rows[s:e]), dim=0)  # positions [lo, p1)
             # every new row is written, even those this sequence never reads again: a prefix hit ending
@@ -124,7 +124,7 @@ class V4Attention(nn.Module):
                 entries, entry_visible = self._compressed(
                     seq_rows, lo, p0, p1, span.tables[compressed_kind], qpos, cos[s:e], sin[s:e],
                     iq[s:e] if self.indexer is not None else None, iw[s:e] if self.indexer is not None else None,
-                    compress_rope,
+                    compress_rope, span.compressed_until,
                 )
                 keys = torch.cat((keys, entries), dim=0)
                 visible = torch.cat((visible, entry_visible), dim=1)
@@ -137,15 +137,18 @@ class V4Attention(nn.Module):
 
     def _compressed(self, seq_rows: torch.Tensor, lo: int, p0: int, p1: int, table: torch.Tensor,
                     qpos: torch.Tensor, qcos: torch.Tensor, qsin: torch.Tensor, iq: torch.Tensor | None,
-                    iw: torch.Tensor | None, rope: V4Rotary) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pool the windows completed in this step, store them, and return (all entries [E, head_dim],
-        which of them each query sees [n, E])."""
+                    iw: torch.Tensor | None, rope: V4Rotary, restored_until: int = 0
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pool the windows completed in this step (but not those ending at or before `restored_until`, whose
+        entries were restored), store them, and return (all entries [E, head_dim], which of them each query
+        sees [n, E])."""
         assert self.compressor is not None and self.compressed_rows is not None
         m, d = self.rate, self.head_dim
-        first, last = p0 // m, p1 // m  # entries before this step; after it
+        first, last = max(p0, restored_until) // m, p1 // m  # entries already stored; after this step
         if last > first:
             back = 1 if self.indexer is not None and first > 0 else 0
             a, b = (first - back) * m - lo, last * m - lo
+            assert a >= 0, "a replay shorter than the compressor's lookback"
             wpos = torch.arange(first, last, device=seq_rows.device) * m
             ccos, csin = rope.cos_sin(wpos, qcos.dtype)
             main_w = self.compressor.record_width

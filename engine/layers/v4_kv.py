@@ -35,15 +35,25 @@ class CacheSpec:
         return num_tokens // self.tokens_per_row if self.tokens_per_row > 1 else num_tokens
 
 
+REPLAY_BOUNDS = "replay_bounds"  # not a cache kind: the [window_from, compressed_until] of a replaying sequence
+
+
 @dataclass(frozen=True)
 class V4Span:
     """Flat rows [start, end) of one sequence: its tokens at positions [pos0, pos0 + end - start), with the
-    block table of every cache kind."""
+    block table of every cache kind.
+
+    A sequence rebuilding its window by bounded replay (`engine/session_cache.py`) has no window rows below
+    `window_from` (they are never read: keys there are invisible) and restored compressed entries for its
+    first `compressed_until` tokens (entries of windows ending at or before it are read, never recomputed).
+    """
 
     start: int
     end: int
     pos0: int
     tables: Mapping[str, torch.Tensor]  # kind -> int64 block ids
+    window_from: int = 0
+    compressed_until: int = 0
 
 
 @dataclass(frozen=True)

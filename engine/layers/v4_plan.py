@@ -1,10 +1,10 @@
 """The V4 step plan built from the runner's attention context: one span per sequence with the block table
-of every cache kind."""
+of every cache kind (and, under `REPLAY_BOUNDS`, a replaying sequence's bounds; -1 padded: none)."""
 
 from __future__ import annotations
 
 from recipe.engine.context import get_context
-from recipe.engine.layers.v4_kv import V4Plan, V4Span
+from recipe.engine.layers.v4_kv import REPLAY_BOUNDS, V4Plan, V4Span
 
 
 def plan_from_context() -> V4Plan:
@@ -14,6 +14,9 @@ def plan_from_context() -> V4Plan:
     spans = []
     start = 0
     for i, (q, c) in enumerate(zip(ctx.query_lens, ctx.context_lens_list, strict=True)):
-        spans.append(V4Span(start, start + q, c - q, {kind: t[i] for kind, t in tables.items()}))
+        kinds = {kind: t[i] for kind, t in tables.items() if kind != REPLAY_BOUNDS}
+        bounds = tables.get(REPLAY_BOUNDS)
+        window_from, compressed_until = (0, 0) if bounds is None else (int(bounds[i, 0]), int(bounds[i, 1]))
+        spans.append(V4Span(start, start + q, c - q, kinds, max(0, window_from), max(0, compressed_until)))
         start += q
     return V4Plan(tuple(spans), ctx.block_size)

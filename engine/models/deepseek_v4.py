@@ -103,6 +103,23 @@ class DeepseekV4ForCausalLM(nn.Module):
         specs += [CacheSpec(compressed_kind(rate), rate, None, w) for rate, w in sorted(widths.items())]
         return specs
 
+    def exact_replay_tokens(self) -> int:
+        """Tokens to replay before a point whose compressed entries are restored, so that every layer's window
+        rows (and compressor records) at the point are exactly those of an uninterrupted run.
+
+        Layer L's rows at position p depend on layer L-1's rows at [p - W + 1, p] (sliding window W) and on
+        compressed entries, which are restored; MoE, hyper-connections and norms are per token. So a replay
+        from r is exact at layer L for p >= r + sum of (W - 1) over the layers below L, and the next token
+        reads layer L's rows [point - lookback_L, point): the replay must start `max_L (lookback_L + sum_{j<L}
+        (W_j - 1))` tokens back. Stacked window layers widen it by W - 1 each: 7 + 3 * 7 = 28 for four layers
+        of window 8; 127 + 42 * 127 = 5,461 for 43 layers of window 128."""
+        need, below = 0, 0
+        for layer in self.decoder_layers():
+            a = layer.self_attn
+            need = max(need, a.lookback + below)
+            below += a.window - 1
+        return need
+
     def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
         """Bytes per window block's worth of tokens: one window block plus each compressed kind's share."""
         size = torch.empty((), dtype=dtype).element_size()
