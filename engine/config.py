@@ -21,6 +21,10 @@ class EngineConfig:
     sizes the host-memory tier (a shared-memory segment); `kv_dir` turns on the persistent directory tier,
     `kv_disk_bytes` caps it (None: no cap). `kv_retention` sets retention classes, as `{"chat": "7d"}` or
     `["agent=3d", "batch=12h"]`, over the defaults chat=7d and agent=3d (normalised to seconds).
+
+    Sliding-window session cache (DeepSeek-V4 only, off by default): `swa_session_bytes` is its host budget,
+    `swa_session_ttl` the idle TTL, `swa_session_grain` the token grain window state is kept at. On a window
+    miss `swa_replay` replays `sliding_window + swa_replay_margin` tokens (None: the model's exact margin).
     """
 
     model: str = "smollm2"
@@ -43,6 +47,12 @@ class EngineConfig:
     kv_dir: str | None = None  # L3 directory tier; None = off
     kv_disk_bytes: int | None = None  # L3 byte budget (LRU); None = unbounded
     kv_retention: Any = None  # retention classes: Mapping[str, str | float] or Iterable["CLASS=DURATION"]
+    # Sliding-window session cache (DeepSeek-V4, `engine/session_cache.py`): host bytes; None = off
+    swa_session_bytes: int | None = None
+    swa_session_ttl: float = 180.0  # idle seconds before a session's window state expires
+    swa_session_grain: int = 128  # window state is kept at multiples of this many tokens
+    swa_replay: bool = True  # on a window miss, replay only the last tokens before the boundary
+    swa_replay_margin: int | None = None  # replay sliding_window + margin tokens; None = the exact margin
     # Speed paths, each with its reference as the off switch (tests prove them equal):
     # "reference" (default): one attention call per sequence, so a sequence's numerics never depend on
     # what else is in the batch; "batched": one padded call per layer for the decode rows (proven equal in
@@ -80,6 +90,13 @@ class EngineConfig:
             (self.kv_disk_bytes is None or self.kv_dir is not None, "kv_disk_bytes needs kv_dir"),
             (not self.kv_tiers_enabled or self.enable_prefix_caching,
              "the lower KV tiers (kv_host_bytes, kv_dir) need enable_prefix_caching"),
+            (self.swa_session_bytes is None or self.swa_session_bytes > 0, "swa_session_bytes must be > 0"),
+            (self.swa_session_ttl > 0, "swa_session_ttl must be > 0"),
+            (self.swa_session_grain >= 1 and self.swa_session_grain % self.block_size == 0,
+             f"swa_session_grain must be a multiple of block_size ({self.block_size})"),
+            (self.swa_replay_margin is None or self.swa_replay_margin >= 0, "swa_replay_margin must be >= 0"),
+            (self.swa_session_bytes is None or self.enable_prefix_caching,
+             "the sliding-window session cache (swa_session_bytes) needs enable_prefix_caching"),
             (self.attention_backend in ("batched", "native", "reference"),
              f"attention_backend must be 'batched', 'native' or 'reference', got {self.attention_backend!r}"),
             (self.weight_format in WEIGHT_FORMATS,

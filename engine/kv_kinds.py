@@ -10,6 +10,14 @@
   otherwise); a complete block is registered under the chained hash of that token block.
 - A prefix hit of h tokens needs only the window blocks of the trailing `window` tokens before h plus
   every compressed block covering entries [0, h // m): then the next token has everything it reads.
+- With the sliding-window session cache (`sessions`, `engine/window_sessions.py`), a sequence's window rows
+  are copied out at every grain boundary it crosses, and window blocks no live sequence holds leave the
+  prefix cache (as in vLLM's V4.1 port, window KV is kept out of prefix caching: the session cache holds
+  windows, in host memory). A prompt whose compressed blocks are cached up
+  to a grain boundary g past the best ordinary hit gets its window back from the session cache (new window
+  blocks written before the step), or on a miss replays only its last `sessions.replay` tokens before g
+  (bounded replay: window rows below the replay are never read, restored compressed entries never rewritten,
+  and the replayed window blocks are not registered).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from recipe.engine.block_manager import chain_hash
-from recipe.engine.layers.v4_kv import RELEASED, CacheSpec
+from recipe.engine.layers.v4_kv import RELEASED, REPLAY_BOUNDS, CacheSpec
 from recipe.engine.sequence import Sequence
 
 _ROOT = b""
@@ -80,6 +88,13 @@ class KindPool:
             self.hash_of[block] = h
             self.cached[h] = block
 
+    def unregister(self, block: int) -> None:
+        h = self.hash_of[block]
+        if h is not None:
+            if self.cached.get(h) == block:
+                del self.cached[h]
+            self.hash_of[block] = None
+
 
 class MultiKindBlockManager:
     def __init__(self, specs: list[CacheSpec], num_blocks: int, block_size: int,
@@ -102,6 +117,11 @@ class MultiKindBlockManager:
         self.restored_tokens = 0  # lower KV tiers are not used with several kinds: always 0
         self._matched: dict[int, dict[str, list[int]]] = {}
         self._window_of: dict[int, list[int]] = {}  # seq_id -> its window table (to share a forked prefix)
+        self.sessions: Any = None  # window_sessions.WindowSessions, or None (off)
+        self.pending_writes: list[Callable[[], None]] = []  # window states to write before the next step
+        self._window_source: dict[int, tuple[str, int, int]] = {}  # seq_id -> ("hit"|"miss"|"replay", r, g)
+        self._replay: dict[int, tuple[int, int]] = {}  # seq_id -> (window_from, compressed_until)
+        self._next_grain: dict[int, int] = {}  # seq_id -> next grain boundary to copy its window at
 
     # ----- lower KV tiers (not supported with several cache kinds) -----------------------------------------
     @property
@@ -114,10 +134,22 @@ class MultiKindBlockManager:
             raise ValueError("the lower KV tiers do not support models with several cache kinds (DeepSeek-V4) yet")
 
     def take_pending_writes(self) -> list[Callable[[], None]]:
-        return []
+        writes, self.pending_writes = self.pending_writes, []
+        return writes
 
     def offload(self, seq: Sequence, num_written_tokens: int) -> None:
-        return
+        """Copy `seq`'s window state out at each grain boundary its written KV (`num_written_tokens`) crossed."""
+        s = self.sessions
+        nxt = self._next_grain.get(seq.seq_id)
+        if s is None or nxt is None:
+            return
+        bs, hashes = self.block_size, self.hashes.get(seq.seq_id, [])
+        while nxt <= num_written_tokens and nxt // bs <= len(hashes):
+            blocks = seq.block_table[(nxt - s.rows) // bs : nxt // bs]
+            if RELEASED not in blocks:
+                s.snapshot(blocks, hashes[nxt // bs - 1], nxt)
+            nxt += s.grain
+        self._next_grain[seq.seq_id] = nxt
 
     # ----- accounting -----------------------------------------------------------------------------------
     @property
@@ -140,6 +172,8 @@ class MultiKindBlockManager:
         """Every kind's block table (copies), the window kind's with `RELEASED` entries."""
         out = {self.specs[0].name: list(seq.block_table)}
         out.update({k: list(v) for k, v in self.tables.get(seq.seq_id, {}).items()})
+        if self.sessions is not None:
+            out[REPLAY_BOUNDS] = list(self._replay.get(seq.seq_id, (0, 0)))
         return out
 
     # ----- prefix cache ---------------------------------------------------------------------------------
@@ -151,6 +185,7 @@ class MultiKindBlockManager:
     def match_prefix(self, seq: Sequence, wait: bool = True) -> list[int]:
         """Window blocks (`RELEASED` before the window) of the longest prefix whose every kind is cached."""
         self._matched.pop(seq.seq_id, None)
+        self._window_source.pop(seq.seq_id, None)
         if not self.enable_prefix_caching:
             return []
         bs, tokens = self.block_size, seq.token_ids
@@ -168,25 +203,64 @@ class MultiKindBlockManager:
             first = max(0, end - self.window) // bs
             if any(present[b] is None for b in range(first, i + 1)):
                 continue
-            kinds: dict[str, list[int]] = {}
-            for spec in self.specs[1:]:
-                pool, blocks = self.pools[spec.name], []
-                for j in range(self._needed(spec, end)):
-                    block = pool.cached.get(hashes[self._owner_block(spec, j)])
-                    if block is None:
-                        break
-                    blocks.append(block)
-                else:
-                    kinds[spec.name] = blocks
-                    continue
-                break
-            else:
+            kinds = self._compressed_blocks(hashes, end)
+            if kinds is not None:
                 window = [RELEASED] * first + [b for b in present[first : i + 1] if b is not None]
                 best = (i, window, kinds)
+        if self.sessions is not None:
+            session = self._session_prefix(seq, hashes, 0 if best is None else (best[0] + 1) * bs)
+            if session is not None:
+                return session
         if best is None:
             return []
         self._matched[seq.seq_id] = best[2]
         return best[1]
+
+    def _compressed_blocks(self, hashes: list[bytes], end: int) -> dict[str, list[int]] | None:
+        """Every compressed kind's cached blocks for the first `end` tokens (None if one is missing)."""
+        kinds: dict[str, list[int]] = {}
+        for spec in self.specs[1:]:
+            pool, blocks = self.pools[spec.name], []
+            for j in range(self._needed(spec, end)):
+                block = pool.cached.get(hashes[self._owner_block(spec, j)])
+                if block is None:
+                    return None
+                blocks.append(block)
+            kinds[spec.name] = blocks
+        return kinds
+
+    def _session_prefix(self, seq: Sequence, hashes: list[bytes], best_end: int) -> list[int] | None:
+        """A prefix past `best_end` from the session cache (or a bounded replay), or None for the ordinary one.
+
+        The deepest grain boundary g with every compressed block cached decides: its window state comes from
+        the session cache into new window blocks (a hit), else the sequence starts `replay` tokens before g
+        with g's compressed blocks (a miss, replayed when that still beats `best_end`)."""
+        s, bs = self.sessions, self.block_size
+        for g in range(len(hashes) * bs // s.grain * s.grain, best_end, -s.grain):
+            kinds = self._compressed_blocks(hashes, g)
+            if kinds is None:
+                continue
+            window = self.pools[self.specs[0].name]
+            n = s.rows // bs
+            state = s.cache.get(hashes[g // bs - 1]) if len(window.free) >= n else None
+            if state is not None:
+                first = g // bs - n
+                blocks = [window.allocate() for _ in range(n)]
+                for i, b in enumerate(blocks):
+                    window.register(b, hashes[first + i])
+                    window.release(b)  # a cached free block, most recently used: admit() takes it
+                self.pending_writes.append(s.writer(blocks, state))
+                self._matched[seq.seq_id] = kinds
+                self._window_source[seq.seq_id] = ("hit", g, g)
+                return [RELEASED] * first + blocks
+            if s.replay is not None and g - s.replay > best_end:
+                r = g - s.replay
+                self._matched[seq.seq_id] = kinds
+                self._window_source[seq.seq_id] = ("replay", r, g)
+                return [RELEASED] * (r // bs)
+            self._window_source[seq.seq_id] = ("miss", g, g)
+            return None
+        return None
 
     # ----- blocks -----------------------------------------------------------------------------------------
     def admit(self, seq: Sequence, prefix_block_ids: list[int], num_tokens: int) -> bool:
@@ -209,9 +283,27 @@ class MultiKindBlockManager:
         self.hashes[seq.seq_id] = []
         self.prefix_queries += len(seq.token_ids)
         self.prefix_hits += len(prefix_block_ids) * self.block_size
+        if self.sessions is not None:
+            self._admitted_session(seq, len(prefix_block_ids) * self.block_size)
         ok = self.ensure(seq, num_tokens)
         assert ok
         return True
+
+    def _admitted_session(self, seq: Sequence, cached: int) -> None:
+        """Count where `seq`'s window came from and set the grain boundary its window is next copied at."""
+        s = self.sessions
+        source, r, g = self._window_source.pop(seq.seq_id, ("", 0, 0))
+        nxt = (cached // s.grain + 1) * s.grain
+        if source == "hit":
+            s.stats.hits += 1
+        elif source:
+            s.stats.misses += 1
+        if source == "replay":
+            s.stats.replays += 1
+            s.stats.replay_tokens += g - r
+            self._replay[seq.seq_id] = (r, g)
+            nxt = g  # the rebuilt window is the session's state at g
+        self._next_grain[seq.seq_id] = nxt
 
     def _shared_kinds(self, prefix: list[int]) -> dict[str, list[int]] | None:
         """A forked prefix (the parent's leading window blocks): the parent's compressed blocks for it."""
@@ -256,10 +348,16 @@ class MultiKindBlockManager:
         if not self.release_window:
             return
         window = self.pools[self.specs[0].name]
-        for b in range(max(0, seq.num_computed_tokens - self.window) // self.block_size):
+        end = max(0, seq.num_computed_tokens - self.window) // self.block_size
+        nxt = self._next_grain.get(seq.seq_id)
+        if nxt is not None:  # rows not yet copied to the session cache stay held
+            end = min(end, max(0, nxt - self.sessions.rows) // self.block_size)
+        for b in range(end):
             block = seq.block_table[b]
             if block != RELEASED:
                 window.release(block)
+                if self.sessions is not None and window.ref[block] == 0:
+                    window.unregister(block)  # kept out of the prefix cache: the session cache holds windows
                 seq.block_table[b] = RELEASED
                 self.released_blocks += 1
 
@@ -273,7 +371,8 @@ class MultiKindBlockManager:
         while len(hashes) < min(limit, len(seq.block_table)):
             i = len(hashes)
             hashes.append(chain_hash(hashes[-1] if hashes else _ROOT, seq.token_ids[i * bs : (i + 1) * bs]))
-            if seq.block_table[i] != RELEASED:
+            replayed = i < self._replay.get(seq.seq_id, (0, 0))[1] // bs  # rebuilt rows: not shared
+            if seq.block_table[i] != RELEASED and not replayed:
                 self.pools[self.specs[0].name].register(seq.block_table[i], hashes[i])
         kinds = self.tables[seq.seq_id]
         for spec in self.specs[1:]:
@@ -288,11 +387,15 @@ class MultiKindBlockManager:
         for block in reversed(seq.block_table):
             if block != RELEASED:
                 window.release(block)
+                if self.sessions is not None and window.ref[block] == 0:
+                    window.unregister(block)  # the session cache holds the window now
         for name, blocks in self.tables.pop(seq.seq_id, {}).items():
             for block in reversed(blocks):
                 self.pools[name].release(block)
         self.hashes.pop(seq.seq_id, None)
         self._window_of.pop(seq.seq_id, None)
+        for state in (self._window_source, self._replay, self._next_grain):
+            state.pop(seq.seq_id, None)
         seq.block_table = []
         seq.block_hashes = []
         seq.num_hashed_blocks = 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from recipe.engine import device as devices
@@ -42,6 +42,7 @@ class EngineStats:
     kv_tiers: Any = None  # kv_tiers.TierSnapshot when the lower KV tiers are on
     restored_tokens: int = 0  # prompt tokens restored from the lower KV tiers (part of prefix_cache_hits)
     speculative: Any = None  # speculative.SpecMetrics when speculative decoding is on
+    swa_sessions: Any = None  # session_cache.SessionStats (a copy) when the sliding-window session cache is on
 
 
 def load(model: Any, dtype: Any, device: Any) -> tuple[Any, Any]:
@@ -82,6 +83,13 @@ class LLMEngine:
                                   dtype=self.dtype, device=self.device, attention_backend=cfg.attention_backend,
                                   weight_format=cfg.weight_format, moe_backend=cfg.moe_backend,
                                   kinds=kinds, norm_backend=cfg.norm_backend)
+        self.swa_sessions: Any = None
+        if cfg.swa_session_bytes is not None:
+            if kinds is None:
+                raise ValueError("swa_session_bytes needs a model with a sliding-window cache (DeepSeek-V4)")
+            from recipe.engine.window_sessions import WindowSessions
+
+            self.swa_sessions = kinds.sessions = WindowSessions.from_config(cfg, self.model)
         self.kv_tiers: Any = None
         if cfg.kv_tiers_enabled:
             from recipe.engine.kv_tiers import KVTiers
@@ -189,7 +197,8 @@ class LLMEngine:
         now = time.perf_counter()
         outputs = []
         row = 0
-        if self.kv_tiers is not None:  # before finishing frees them: blocks this step completed go down
+        if self.kv_tiers is not None or self.swa_sessions is not None:  # before finishing frees them: blocks
+            # this step completed go down (tiers), window state at grain boundaries is copied (session cache)
             for s in sched.scheduled:
                 if s.seq.block_table:
                     self.block_manager.commit(s.seq)
@@ -267,7 +276,8 @@ class LLMEngine:
             prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens, steps=self.steps,
             model_busy_s=self.model_busy_s,
             kv_tiers=None if self.kv_tiers is None else self.kv_tiers.snapshot(), restored_tokens=bm.restored_tokens,
-            speculative=None if self.speculator is None else self.speculator.metrics.snapshot())
+            speculative=None if self.speculator is None else self.speculator.metrics.snapshot(),
+            swa_sessions=None if self.swa_sessions is None else replace(self.swa_sessions.stats))
 
     def drain(self) -> list[RequestOutput]:
         """Wait for steps in flight and post-process them."""

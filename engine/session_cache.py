@@ -1,0 +1,135 @@
+"""Sliding-window session cache (DeepSeek-V4): active sessions' window state in host memory, and the length of
+the bounded replay that rebuilds it on a miss.
+
+Window state at a grain boundary g (a multiple of `grain` tokens, 128 by default) is the window rows of the
+`rows` tokens before g: every layer's sliding-window key (= value) and the compressors' per-token records,
+which is all a V4 sequence needs besides its compressed entries to continue from g. It is stored only at
+grain boundaries, keyed by the chained prefix hash of the token block ending at g (the key of the prefix
+cache and the KV tiers), so a returning conversation finds it without a session id.
+
+Entries expire `ttl` seconds after their last use (idle TTL, on an injectable `clock`), and the least recently
+used go first when `capacity_bytes` would be exceeded. On a miss, a sequence whose compressed entries up to g
+are cached replays only its last `replay_tokens` tokens before g (`engine/kv_kinds.py`, `V4Span.window_from`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class SessionStats:
+    """Counters of the session cache (read by `EngineStats.swa_sessions`)."""
+
+    hits: int = 0  # admitted sequences whose window state came from the cache
+    misses: int = 0  # admitted sequences that needed window state the cache did not hold
+    replays: int = 0  # of the misses, those rebuilt by bounded replay
+    replay_tokens: int = 0  # tokens those replays recomputed
+    restores: int = 0  # window states written back into the device pool
+    restore_seconds: float = 0.0  # time spent writing them (model thread)
+    stored: int = 0  # window states persisted (one per grain boundary crossed)
+    stored_bytes: int = 0  # bytes persisted in all
+    expired: int = 0  # entries dropped by the idle TTL
+    evicted: int = 0  # entries dropped by the byte budget
+    refused: int = 0  # states larger than the whole budget
+    bytes_held: int = 0
+    entries: int = 0
+
+
+@dataclass
+class WindowState:
+    rows: torch.Tensor  # [rows, row_width]: window rows of positions [point - rows, point), host memory
+    point: int
+    last_used: float
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.numel() * self.rows.element_size()
+
+
+class SessionCache:
+    """Window states by the chained hash of the block ending at their grain boundary (idle TTL, byte budget)."""
+
+    def __init__(self, capacity_bytes: int, ttl: float = 180.0, clock: Callable[[], float] = time.monotonic) -> None:
+        assert capacity_bytes > 0 and ttl > 0
+        self.capacity_bytes, self.ttl, self.clock = capacity_bytes, ttl, clock
+        self.stats = SessionStats()
+        self._entries: OrderedDict[bytes, WindowState] = OrderedDict()  # least recently used first
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def peek(self, key: bytes) -> bool:
+        """Whether a live state is held under `key` (no counting, no refresh)."""
+        state = self._entries.get(key)
+        return state is not None and self.clock() - state.last_used < self.ttl
+
+    def get(self, key: bytes) -> WindowState | None:
+        """The live state under `key`, refreshed (its idle time restarts); None if absent or expired."""
+        now = self.clock()
+        self.evict(now)
+        state = self._entries.get(key)
+        if state is None:
+            return None
+        state.last_used = now
+        self._entries.move_to_end(key)
+        return state
+
+    def put(self, key: bytes, rows: torch.Tensor, point: int) -> None:
+        """Keep a copy of `rows` (host memory) as the window state at `point`, within the byte budget."""
+        now = self.clock()
+        self.evict(now)
+        state = WindowState(rows.detach().to("cpu", copy=True), point, now)
+        if state.nbytes > self.capacity_bytes:
+            self.stats.refused += 1
+            return
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.stats.bytes_held -= old.nbytes
+        while self._entries and self.stats.bytes_held + state.nbytes > self.capacity_bytes:
+            _, dropped = self._entries.popitem(last=False)
+            self.stats.bytes_held -= dropped.nbytes
+            self.stats.evicted += 1
+        self._entries[key] = state
+        self.stats.bytes_held += state.nbytes
+        self.stats.stored += 1
+        self.stats.stored_bytes += state.nbytes
+        self.stats.entries = len(self._entries)
+
+    def evict(self, now: float | None = None) -> int:
+        """Drop the states idle for `ttl` seconds or more as of `now`; returns how many went."""
+        now = self.clock() if now is None else now
+        n = 0
+        while self._entries:
+            key, state = next(iter(self._entries.items()))
+            if now - state.last_used < self.ttl:
+                break
+            del self._entries[key]
+            self.stats.bytes_held -= state.nbytes
+            n += 1
+        self.stats.expired += n
+        self.stats.entries = len(self._entries)
+        return n
+
+
+def replay_tokens(model: Any, margin: int | None, block_size: int) -> int:
+    """Tokens replayed before a grain boundary on a window miss, a whole number of blocks: the model's exact
+    margin (`exact_replay_tokens`, every layer's window rows bit-for-bit those of an uninterrupted run, up to
+    fp32 rounding) when `margin` is None, else the bounded `sliding_window + margin` (never less than the
+    lookback a step reads). The bounded replay's divergence is measured by `bench/swa_sessions.py`."""
+    layers = model.decoder_layers()
+    lookback = max(layer.self_attn.lookback for layer in layers)
+    tokens = model.exact_replay_tokens() if margin is None else max(lookback, layers[0].self_attn.window + margin)
+    return -(-tokens // block_size) * block_size
+
+
+def window_rows_per_state(lookback: int, block_size: int) -> int:
+    """Rows a window state keeps: the lookback rounded up to whole blocks (restored blocks are then complete
+    and can be registered in the prefix cache like computed ones)."""
+    return -(-lookback // block_size) * block_size
