@@ -18,6 +18,7 @@ from recipe.server.backend import Backend, EchoBackend, echo_model_card
 from recipe.server.config import ServerConfig, default_responses_db
 from recipe.server.disagg_front import add_disagg_args, build_disagg_backend, disagg_requested
 from recipe.server.kv_flags import add_kv_args, kv_engine_config, kv_server_config
+from recipe.server.swa_flags import add_swa_args, swa_engine_config
 
 EPILOG = """\
 authentication:
@@ -65,6 +66,7 @@ def add_parser(subparsers: Any) -> None:
     add_engine_arguments(p)
     add_kv_args(p)
     add_disagg_args(p)
+    add_swa_args(p)
     p.set_defaults(func=run)
 
 
@@ -152,7 +154,8 @@ def build_backend(args: argparse.Namespace) -> Backend:
     from recipe.engine import AsyncLLM
     from recipe.server.engine_backend import EngineBackend
 
-    engine = AsyncLLM(args.model or "smollm2", **engine_config_from_args(args), **kv_engine_config(args))
+    engine = AsyncLLM(args.model or "smollm2", **engine_config_from_args(args), **kv_engine_config(args),
+                       **swa_engine_config(args))
     return EngineBackend(engine, name=default_model_name(args.model))
 
 

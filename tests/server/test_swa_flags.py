@@ -1,0 +1,40 @@
+"""`recipe serve`'s sliding-window session cache flags reach the engine config fields of the same name."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from recipe.engine.config import EngineConfig
+from recipe.server.cli_serve import add_parser
+from recipe.server.swa_flags import swa_engine_config
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    return parser.parse_args(["serve", *argv])
+
+
+def test_flags_map_to_engine_config_fields() -> None:
+    assert swa_engine_config(parse()) == {}
+    off = EngineConfig(**swa_engine_config(parse()))
+    assert off.swa_session_bytes is None and off.swa_session_ttl == 180.0 and off.swa_session_grain == 128
+    assert off.swa_replay and off.swa_replay_margin is None
+    args = parse("--swa-session-bytes", "256MiB", "--swa-session-ttl", "90", "--swa-session-grain", "256",
+                 "--swa-replay-margin", "12")
+    assert swa_engine_config(args) == {"swa_session_bytes": 256 << 20, "swa_session_ttl": 90.0,
+                                       "swa_session_grain": 256, "swa_replay_margin": 12}
+    assert swa_engine_config(parse("--swa-session-bytes", "1GiB", "--no-swa-replay", "--swa-replay-margin",
+                                   "exact")) == {"swa_session_bytes": 1 << 30, "swa_replay": False}
+    cfg = EngineConfig(**swa_engine_config(args))
+    assert (cfg.swa_session_bytes, cfg.swa_session_ttl, cfg.swa_replay_margin) == (256 << 20, 90.0, 12)
+
+
+@pytest.mark.parametrize("bad", [("--swa-session-bytes", "lots"), ("--swa-session-ttl", "0"),
+                                 ("--swa-session-grain", "-128"), ("--swa-replay-margin", "some")])
+def test_bad_flag_values_are_usage_errors(bad: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse(*bad)
+    assert exc.value.code == 2
+    assert bad[0] in capsys.readouterr().err
