@@ -116,6 +116,7 @@ class EngineBackend:
             prefix_cache_hits=int(_get(s, "prefix_cache_hits", default=0)),
             restored_tokens=int(_get(s, "restored_tokens", default=0)),
             kv_tiers=getattr(s, "kv_tiers", None),
+            swa_sessions=getattr(s, "swa_sessions", None),
         )
 
     def failure(self) -> str | None:

@@ -16,13 +16,17 @@ LMCache reports its backends): `recipe:kv_tier_hits_total` (blocks loaded), `rec
 `recipe:kv_tier_read_bytes_total`, `recipe:kv_tier_written_bytes_total`, `recipe:kv_tier_stored_blocks_total`,
 `recipe:kv_tier_evicted_blocks_total`, `recipe:kv_tier_write_drops_total`, `recipe:kv_tier_corruptions_total`,
 `recipe:kv_tier_usage_bytes`, `recipe:kv_tier_capacity_bytes`, `recipe:kv_tier_enabled` (1 on, 0 disabled
-after an I/O error), and the histogram `recipe:kv_restore_latency_seconds`.
+after an I/O error), and the histogram `recipe:kv_restore_latency_seconds`. With the V4 sliding-window session
+cache on (`--swa-session-bytes`): `recipe:swa_session_hits_total`, `recipe:swa_session_misses_total`,
+`recipe:swa_replay_tokens_total`, `recipe:swa_restore_seconds_total`, `recipe:swa_session_persisted_bytes_total`
+and the gauge `recipe:swa_session_bytes` (held).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -65,6 +69,28 @@ class _BackendCollector(Collector):
             yield c
         if s.kv_tiers is not None:
             yield from _tier_metrics(p, self.model_name, s)
+        if s.swa_sessions is not None:
+            yield from _swa_metrics(p, self.model_name, s.swa_sessions)
+
+
+_SWA_COUNTERS = (
+    ("swa_session_hits", "Returning sequences whose sliding-window state came from the session cache.", "hits"),
+    ("swa_session_misses", "Returning sequences whose window state the session cache did not hold.", "misses"),
+    ("swa_replay_tokens", "Tokens recomputed by bounded replay after window misses.", "replay_tokens"),
+    ("swa_restore_seconds", "Time spent writing window states back into the device pool.", "restore_seconds"),
+    ("swa_session_persisted_bytes", "Window-state bytes copied to the session cache.", "stored_bytes"),
+)
+
+
+def _swa_metrics(p: str, model_name: str, stats: Any) -> Iterator[Metric]:
+    for name, doc, attr in _SWA_COUNTERS:
+        c = CounterMetricFamily(f"{p}:{name}", doc, labels=["model_name"])
+        c.add_metric([model_name], float(getattr(stats, attr)))
+        yield c
+    g = GaugeMetricFamily(f"{p}:swa_session_bytes", "Bytes of window state the session cache holds.",
+                          labels=["model_name"])
+    g.add_metric([model_name], float(stats.bytes_held))
+    yield g
 
 
 _TIER_COUNTERS = (
