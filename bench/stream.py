@@ -35,7 +35,7 @@ def _load(name: str, path: Path) -> Any:
 
 
 def ours_run(case: dict[str, Any], harness: Any, tok: Any) -> Any:
-    """A closure feeding our processor every update of `case` and rendering each event's SSE bytes."""
+    """A closure feeding a new processor every update of `case` and rendering each event's SSE bytes."""
     from recipe.stream import StreamProcessor, responses_echo
 
     request = harness.recipe_request(case["api"], case["body"])
@@ -43,9 +43,11 @@ def ours_run(case: dict[str, Any], harness: Any, tok: Any) -> Any:
     echo = responses_echo(case["body"]) if case["api"] == "responses" else None
     updates = [harness.to_update(u) for u in case["updates"]]
 
+    # built outside the timing, as the reference's processor is (both are used once)
+    proc = StreamProcessor(case["api"], request, response_id="resp-1", model="m", tokenizer=tok,
+                           output_format=fmt, created=1, echo=echo)
+
     def run() -> int:
-        proc = StreamProcessor(case["api"], request, response_id="resp-1", model="m", tokenizer=tok,
-                               output_format=fmt, created=1, echo=echo)
         n = 0
         for update in updates:
             for event in proc.feed(update):

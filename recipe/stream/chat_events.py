@@ -111,6 +111,16 @@ class ChatEventBuilder:
             delta["content"] = ""
         return [self._chunk(delta)]
 
+    def text_event(self, is_reasoning: bool, text: str) -> Event:
+        """The chunk of a reasoning or answer delta without logprobs (`piece` of that piece)."""
+        if self._templated:
+            kind = "reasoning" if is_reasoning else "content"
+            tpl = self._templates.get(kind)
+            if tpl is None:
+                tpl = self._template(kind)
+            return Event(None, None, False, tpl.render1(text))
+        return self.piece(ReasoningPiece(text) if is_reasoning else ContentPiece(text))
+
     def piece(self, piece: Piece) -> Event:
         kind = type(piece)
         if (kind is ContentPiece or kind is ReasoningPiece) and self._templated and piece.logprobs is None:  # type: ignore[union-attr]

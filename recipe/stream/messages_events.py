@@ -63,7 +63,7 @@ class MessagesEventBuilder:
         return events
 
     def _text_delta(self, template: JsonTemplate, text: str) -> Event:
-        return Event("content_block_delta", raw=template.render(self._index, text))
+        return Event("content_block_delta", raw=template.render2(self._index, text))
 
     def _delta(self, delta: dict[str, Any]) -> Event:
         return _ev("content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta})
@@ -84,10 +84,16 @@ class MessagesEventBuilder:
             events += self._start_block({"type": "thinking", "thinking": "", "signature": ""})
         return events
 
+    def text_event(self, is_reasoning: bool, text: str) -> list[Event]:
+        """`piece` of a reasoning or answer text piece without logprobs (templated while its block is open)."""
+        if self.use_templates and self._open == ("thinking" if is_reasoning else "text"):
+            return [Event("content_block_delta", None, False, (_THINKING if is_reasoning else _TEXT).render2(self._index, text))]
+        return self.piece(ReasoningPiece(text) if is_reasoning else ContentPiece(text))
+
     def piece(self, piece: Piece) -> list[Event]:
         kind = type(piece)
         if kind is ContentPiece and self._open == "text" and self.use_templates:
-            return [Event("content_block_delta", None, False, _TEXT.render(self._index, piece.text))]  # type: ignore[union-attr]
+            return [Event("content_block_delta", None, False, _TEXT.render2(self._index, piece.text))]  # type: ignore[union-attr]
         if isinstance(piece, ReasoningPiece):
             events: list[Event] = []
             if self._open != "thinking":

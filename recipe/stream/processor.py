@@ -22,8 +22,8 @@ from recipe.stream.messages_events import MessagesEventBuilder, messages_stop_re
 from recipe.stream.pieces import Piece, ToolCallStart
 from recipe.stream.responses_events import ResponsesEventBuilder
 from recipe.stream.sse import Event
-from recipe.stream.text_parser import OutputFormat, OutputTextParser
-from recipe.stream.token_markers import sentinels_for
+from recipe.stream.text_parser import _CONTENT, _REASONING, OutputFormat, OutputTextParser
+from recipe.stream.token_markers import sentinels_for, unmask
 from recipe.stream.token_text import UpdateDecoder
 from recipe.stream.updates import BackendUpdate, Finish, Ready, StreamInputError, TextUpdate, TokenUpdate
 from recipe.stream.usage import Usage
@@ -73,6 +73,11 @@ class StreamProcessor:
         self._held_logprobs: list[dict[str, Any]] = []  # entries of tokens whose text is not out yet
         self._special_ids: frozenset[int] = frozenset(getattr(tokenizer, "special_ids", ()) or ())
         self._marker_ids = _special_sentinels(tokenizer)
+        # id -> text of tokens that are whole UTF-8 on their own (shared, filled by the decoder): the
+        # fused one-token path below uses it; None switches that path off
+        self._plain = self._decoder.whole_texts if self._decoder is not None and self.fast_paths else None
+        if not OutputTextParser.fast_path:
+            self._plain = None
         self._chat: ChatEventBuilder | None = None
         self._messages: MessagesEventBuilder | None = None
         self._responses: ResponsesEventBuilder | None = None
@@ -96,6 +101,15 @@ class StreamProcessor:
             raise StreamInputError("stream processor is closed")
         if self.finished:
             raise StreamInputError("stream processor has finished: no update may follow the end of output")
+        if type(update) is TokenUpdate and update.logprobs is None and self._plain is not None:
+            ids = update.token_ids
+            if len(ids) == 1:
+                text = self._plain.get(ids[0])
+                if text:
+                    events = self._plain_token(text)
+                    if events is not None:
+                        self.events.extend(events)
+                        return events
         if isinstance(update, TokenUpdate):
             events = self._tokens(update)
             if events:
@@ -244,6 +258,37 @@ class StreamProcessor:
                 if parser.stop_sequence is not None:
                     break
         return events + self._pieces(pieces)
+
+    def _plain_token(self, text: str) -> list[Event] | None:
+        """The per-token hot path, in one step: a plain token whose `text` is whole UTF-8, in a quiet
+        state (token-id input, answer or reasoning with nothing held or pending, no JSON mode, no
+        marker character in `text`). Gives exactly the events of `_tokens`, or None when the general
+        path must decide. It reads the parser's and decoder's state directly to stay one call deep."""
+        parser = self.parser
+        if not (self._started and parser._token_markers and not parser._pending and not parser._strip_leading
+                and parser._json is None and parser._mode <= _CONTENT):
+            return None
+        decoder = self._decoder
+        assert decoder is not None
+        if decoder._held or decoder._det._pending:  # part of a character held (`decoder.busy`)
+            return None
+        spec = parser._fast.get(parser._mode)
+        if spec is None or spec[0].search(text) is not None or (spec[1] and text[-1] == "\n"):
+            return None
+        parser._tail = text if len(text) >= 32 else (parser._tail + text)[-32:]
+        if not text.isascii():
+            text = unmask(text)
+        self.usage.completion_tokens += 1
+        is_reasoning = parser._mode == _REASONING
+        if is_reasoning:
+            parser.reasoning_text.append(text)
+        chat = self._chat
+        if chat is not None:
+            return [chat.text_event(is_reasoning, text)]
+        if self._messages is not None:
+            return self._messages.text_event(is_reasoning, text)
+        assert self._responses is not None
+        return self._responses.text_event(is_reasoning, text)
 
     def _pieces(self, pieces: list[Piece]) -> list[Event]:
         events: list[Event] = []

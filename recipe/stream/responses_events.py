@@ -36,6 +36,7 @@ class ResponsesEventBuilder:
         self._item: dict[str, Any] | None = None
         self._text: list[str] = []
         self._logprobs: list[dict[str, Any]] = []
+        self._item_template: tuple[Any, JsonTemplate] | None = None  # (open item, its delta template)
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -51,6 +52,28 @@ class ResponsesEventBuilder:
         seq = self._seq
         self._seq += 1
         return Event(name, raw=tpl.render(delta, item_id, output_index, seq))
+
+    def text_event(self, is_reasoning: bool, text: str) -> list[Event]:
+        """`piece` of a reasoning or answer text piece without logprobs; while its item is open, from a
+        template with the item's id and index filled in (the same bytes)."""
+        item = self._item
+        if item is None or item["type"] != ("reasoning" if is_reasoning else "message") or not self.use_templates:
+            return self.piece(ReasoningPiece(text) if is_reasoning else ContentPiece(text))
+        cached = self._item_template
+        if cached is None or cached[0] is not item:
+            idx = len(self._output)
+            name = "response.reasoning_text.delta" if is_reasoning else "response.output_text.delta"
+            item_id = f"rs_{self.response_id}_{idx}" if is_reasoning else item["id"]
+            fields: dict[str, Any] = {"type": name, "content_index": 0, "delta": _SLOTS[0], "item_id": item_id}
+            if not is_reasoning:
+                fields["logprobs"] = []
+            fields.update(output_index=idx, sequence_number=_SLOTS[3])
+            cached = self._item_template = (item, JsonTemplate(fields, (_SLOTS[0], _SLOTS[3])))
+        self._text.append(text)
+        seq = self._seq
+        self._seq += 1
+        return [Event("response.reasoning_text.delta" if is_reasoning else "response.output_text.delta",
+                      raw=cached[1].render2(text, seq))]
 
     def _ev(self, name: str, fields: dict[str, Any]) -> Event:
         data = {"type": name, **fields, "sequence_number": self._seq}

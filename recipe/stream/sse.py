@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 DONE_FRAME = b"data: [DONE]\n\n"
+_EVENT_HEADS: dict[str, bytes] = {}  # SSE event name -> its `event:` line and the `data: ` prefix
 
 
 class Event:
@@ -44,9 +45,14 @@ class Event:
         """One SSE frame: `event: <name>` (when the API names events), `data: <json>`, blank line."""
         if self.done:
             return DONE_FRAME
-        if self.name:
-            return b"".join((b"event: ", self.name.encode(), b"\ndata: ", self.json(), b"\n\n"))
-        return b"".join((b"data: ", self.json(), b"\n\n"))
+        name = self.name
+        raw = self._raw if self._raw is not None else self.json()
+        if name:
+            head = _EVENT_HEADS.get(name)
+            if head is None:
+                head = _EVENT_HEADS[name] = b"event: " + name.encode() + b"\ndata: "
+            return head + raw + b"\n\n"
+        return b"data: " + raw + b"\n\n"
 
     def __repr__(self) -> str:
         return f"Event({self.name!r}, {self.data!r}{', done=True' if self.done else ''})"
@@ -81,6 +87,11 @@ class JsonTemplate:
         """`render` for a one-placeholder template."""
         head, tail = self._parts
         return head + orjson.dumps(value) + tail
+
+    def render2(self, first: Any, second: Any) -> bytes:
+        """`render` for a two-placeholder template."""
+        head, middle, tail = self._parts
+        return head + orjson.dumps(first) + middle + orjson.dumps(second) + tail
 
     def render(self, *values: Any) -> bytes:
         parts = self._parts

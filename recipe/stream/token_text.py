@@ -37,6 +37,17 @@ class UpdateDecoder:
         # bytes are a whole UTF-8 text can skip the detokenizer: its text is looked up once.
         self._whole = _whole_text_table(tokenizer) if getattr(self._det, "byte_level", False) else None
 
+    @property
+    def whole_texts(self) -> dict[int, str | None]:
+        """id -> text of tokens whose bytes are whole UTF-8 (None: not whole; absent: not looked up);
+        valid only while `busy` is False. Empty for tokenizers that are not byte-level."""
+        return self._whole if self._whole is not None else {}
+
+    @property
+    def busy(self) -> bool:
+        """Whether part of a character is held (then a token's text depends on what came before)."""
+        return bool(self._held) or self._det.holding
+
     def add_one(self, token_id: int) -> str:
         """`add_many([token_id])`, with a table lookup for the common whole-character token."""
         whole = self._whole

@@ -436,3 +436,36 @@ def compare_updates(case: dict[str, Any], upds: list[dict[str, Any]], tokenizer:
     if case["api"] == "chat" and ours["done"] != ref["done"]:
         return "[DONE] differs"
     return None
+
+
+def main() -> None:
+    """Run fresh cases and print how many were event-identical (the failures' first differences too)."""
+    import argparse
+
+    import deepseek_recipe as dr
+
+    from recipe.tokenizer import deepseek_v4_tokenizer_path, load_deepseek_v4_tokenizer
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--seed", type=int, default=None, help="random seed (default: a fresh one)")
+    ap.add_argument("--count", type=int, default=1000)
+    ap.add_argument("--well-formed", action="store_true", help="well-formed DSML of the model's own version only")
+    args = ap.parse_args()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
+    tokenizer = load_deepseek_v4_tokenizer()
+    ref_tokenizer = dr.Tokenizer.from_file(str(deepseek_v4_tokenizer_path()))
+    rng = random.Random(seed)
+    failures = []
+    for i in range(args.count):
+        case = make_case(rng, i, broken=not args.well_formed)
+        diff = compare(case, tokenizer, ref_tokenizer)
+        if diff:
+            failures.append((i, diff))
+    kind = "well-formed" if args.well_formed else "broken-markup"
+    print(f"seed {seed}: {args.count - len(failures)} of {args.count} fresh {kind} cases event-identical")
+    for i, diff in failures[:5]:
+        print(f"  case {i}: {diff[:300]}")
+
+
+if __name__ == "__main__":
+    main()
