@@ -9,6 +9,8 @@ Figures (medians over --repeats runs; every timed run gets a fresh random prompt
            installed by this script) and vs `transformers.generate`; Recipe runs with prefix caching off, so it
            pays the same prefill as the others. Roofline: read bandwidth (a reduction over 1 GiB) / bytes of
            weights read per step, and the fraction of it reached
+  overhead batch-1 decode ms per step of SmolLM2 cut to --overhead-layers layer(s): what a step costs besides
+           reading the weights, with the reference paths (SDPA loop, torch RMSNorm) vs the native kernels
   scaling  aggregate decode tok/s at 1, 8, 32, 64 concurrent sequences and the ratio to batch 1
   prefill  tok/s of a fresh 2K-token prompt (TTFT) vs llama.cpp and `transformers`
   quality  per weight format: greedy agreement with fp32 over 64 tokens on chat prompts, perplexity on a fixed text
@@ -108,10 +110,14 @@ def step_bytes(model: Any) -> int:
     return total
 
 
-def recipe_llm(args: argparse.Namespace, weight_format: str, **config: Any) -> LLM:
-    """A fresh engine on freshly loaded weights (quantising changes the model in place)."""
+def recipe_llm(args: argparse.Namespace, weight_format: str, layers: int | None = None, **config: Any) -> LLM:
+    """A fresh engine on freshly loaded weights (quantising changes the model in place), with the speed paths
+    of --attention-backend / --norm-backend unless `config` says otherwise; `layers` keeps only the first few."""
     model, info = load_model("smollm2", dtype=parse_dtype(args.dtype), device="cpu")
-    config = {"num_kv_blocks": args.kv_blocks, **config}
+    if layers is not None:
+        del model.layers[layers:]
+    config = {"num_kv_blocks": args.kv_blocks, "attention_backend": args.attention_backend,
+              "norm_backend": args.norm_backend, **config}
     return LLM((model, info), dtype=args.dtype, num_threads=args.threads, weight_format=weight_format, **config)
 
 
@@ -170,6 +176,34 @@ def bench_batch1(args: argparse.Namespace, hf: Any, cpp: Any) -> None:
         print(line)
     if cpp is not None and cpp.install_seconds is not None:
         print(f"  (llama-cpp-python {LLAMA_CPP_VERSION} built and installed in {cpp.install_seconds:.0f} s)")
+
+
+def bench_overhead(args: argparse.Namespace) -> None:
+    """Batch-1 decode of a 1-layer SmolLM2 (same embedding, LM head and step machinery), each variant on the
+    same fresh prompts, interleaved run by run so that all see the same load."""
+    g = torch.Generator().manual_seed(7)
+    prompts = [random_prompt(g, args.batch1_prompt, 49152) for _ in range(args.repeats + 1)]
+    variants = {
+        f"reference {args.dtype}": ("dtype", {"attention_backend": "reference", "norm_backend": "torch"}),
+        f"native {args.dtype}": ("dtype", {"attention_backend": "native", "norm_backend": "native"}),
+        "native q4_1": ("q4_1", {"attention_backend": "native", "norm_backend": "native"}),
+    }
+    llms = {name: recipe_llm(args, fmt, layers=args.overhead_layers, enable_prefix_caching=False, **cfg)
+            for name, (fmt, cfg) in variants.items()}
+    times: dict[str, list[float]] = {name: [] for name in llms}
+    for llm in llms.values():
+        recipe_decode(llm, prompts[0], args.batch1_new)
+    for p in prompts[1:]:
+        for name, llm in llms.items():
+            times[name].append(recipe_decode(llm, p, args.batch1_new)[1])
+    for llm in llms.values():
+        llm.shutdown()
+    base = statistics.median(times[f"reference {args.dtype}"])
+    print(f"overhead: batch-1 decode of SmolLM2 cut to {args.overhead_layers} layer(s), ms per step "
+          f"(prompt {args.batch1_prompt}, {args.batch1_new} new tokens)")
+    for name, ts in times.items():
+        ms = statistics.median(ts) * 1e3
+        print(f"  {name:28s} {ms:8.2f} ms/step   {base * 1e3 / ms:.2f}x the reference")
 
 
 def bench_scaling(args: argparse.Namespace) -> None:
@@ -269,7 +303,8 @@ def bench_quality(args: argparse.Namespace) -> None:
     for name in formats:
         dtype, fmt = (name, "dtype") if name in ("float32", "bfloat16") else (args.dtype, name)
         model, info = load_model("smollm2", dtype=parse_dtype(dtype))
-        llm = LLM((model, info), dtype=dtype, num_threads=args.threads, num_kv_blocks=256, weight_format=fmt)
+        llm = LLM((model, info), dtype=dtype, num_threads=args.threads, num_kv_blocks=256, weight_format=fmt,
+                  attention_backend=args.attention_backend, norm_backend=args.norm_backend)
         outs = [o.new_token_ids for o in llm.generate(prompts, params)]
         llm.shutdown()
         if not reference:
@@ -357,9 +392,13 @@ def bench_async(args: argparse.Namespace, model: Any, info: Any) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", default="batch1,scaling,prefill,quality,mixed,prefix,async")
+    p.add_argument("--only", default="batch1,overhead,scaling,prefill,quality,mixed,prefix,async")
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--formats", default="dtype,int8,int4", help="Recipe weight formats to measure (EngineConfig.weight_format)")
+    p.add_argument("--formats", default="dtype,q8_0,q4_1",
+                   help="Recipe weight formats to measure (EngineConfig.weight_format; also int8, int4)")
+    p.add_argument("--attention-backend", default="native", help="EngineConfig.attention_backend of Recipe's runs")
+    p.add_argument("--norm-backend", default="native", help="EngineConfig.norm_backend of Recipe's runs")
+    p.add_argument("--overhead-layers", type=int, default=1)
     p.add_argument("--llama-cpp", action=argparse.BooleanOptionalAction, default=True,
                    help="compare with llama.cpp (installs llama-cpp-python into this environment if missing)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
@@ -369,7 +408,7 @@ def main() -> int:
     p.add_argument("--batch1-new", type=int, default=128)
     p.add_argument("--scaling", type=lambda v: [int(x) for x in v.split(",")], default=[1, 8, 32, 64])
     p.add_argument("--scaling-format", default=None, help="weight format for the scaling figure (default: first of --formats)")
-    p.add_argument("--scaling-backends", default="batched,reference", help="attention backends for the scaling figure")
+    p.add_argument("--scaling-backends", default="native,reference", help="attention backends for the scaling figure")
     p.add_argument("--scaling-prompt", type=int, default=32)
     p.add_argument("--scaling-new", type=int, default=48)
     p.add_argument("--prefill-len", type=int, default=2048)
@@ -396,6 +435,8 @@ def main() -> int:
     cpp = LlamaCpp(str(smollm2_path()), args.threads) if args.llama_cpp and only & {"batch1", "prefill"} else None
     if "batch1" in only:
         bench_batch1(args, hf, cpp)
+    if "overhead" in only:
+        bench_overhead(args)
     if "scaling" in only:
         bench_scaling(args)
     if "prefill" in only:

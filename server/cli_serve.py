@@ -93,6 +93,10 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="speculative decoding drafter: ngram, draft-head or mtp (default off)")
     g.add_argument("--num-speculative-tokens", default=None, type=speculative_tokens, metavar="K|auto",
                    help="draft tokens per step: an integer, or auto (per sequence, by confidence; default)")
+    g.add_argument("--weight-format", default=None, choices=("dtype", "int8", "int4", "q8_0", "q4_1"),
+                   help="weights: dtype (default), int8/int4 (torch kernels), q8_0/q4_1 (native CPU kernels)")
+    g.add_argument("--attention-backend", default=None, choices=("reference", "batched", "native"),
+                   help="attention of the decode rows (EngineConfig.attention_backend)")
 
 
 def speculative_tokens(value: str) -> int | str:
@@ -114,6 +118,7 @@ ENGINE_OPTIONS = {
     "max_num_batched_tokens": "max_num_batched_tokens", "max_model_len": "max_model_len",
     "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
     "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",
+    "weight_format": "weight_format", "attention_backend": "attention_backend",
 }
 
 
