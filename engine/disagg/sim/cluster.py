@@ -16,6 +16,7 @@ import heapq
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from recipe.engine.disagg.autoscaler import Autoscaler, pressures
 from recipe.engine.disagg.live_metrics import LiveMetrics, percentile
@@ -73,11 +74,11 @@ class Cluster:
                  kv_capacity_tokens: int = 1 << 20) -> None:
         self.curves, self.max_batch_tokens, self.kv_capacity_tokens = curves, max_batch_tokens, kv_capacity_tokens
         self.instances = [Instance(i, r) for i, r in enumerate(roles)]
-        self._events: list[tuple[float, int, str, object]] = []
+        self._events: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
         self.now = 0.0
 
-    def at(self, t: float, kind: str, payload: object) -> None:
+    def at(self, t: float, kind: str, payload: Any) -> None:
         heapq.heappush(self._events, (t, next(self._seq), kind, payload))
 
     def route_prompt(self, r: SimRequest) -> None:
@@ -174,31 +175,32 @@ def simulate(trace: list[SimRequest], curves: StepCurves, roles: list[str], *, m
     finished: deque[SimRequest] = deque()
     while c._events:
         t, _, kind, payload = heapq.heappop(c._events)
+        inst: Instance
         for i in c.instances:
             seconds[i.role] = seconds.get(i.role, 0.0) + (t - last_t)
         last_t = c.now = t
         if kind == "arrive":
-            c.route_prompt(payload)  # type: ignore[arg-type]
+            c.route_prompt(payload)
         elif kind == "handoff":
-            c.route_handoff(payload)  # type: ignore[arg-type]
+            c.route_handoff(payload)
         elif kind == "installed":
-            inst, r = payload  # type: ignore[misc]
+            inst, r = payload
             inst.incoming -= 1
             inst.running.append(r)
             c.kick(inst)
         elif kind == "step":
-            inst, batch, chunks = payload  # type: ignore[misc]
+            inst, batch, chunks = payload
             c.step_done(inst, batch, chunks)
             for r in batch:
                 if r.done is not None:
                     finished.append(r)
             finish_drains(c, switch_s)
         elif kind == "switch":
-            inst, role = payload  # type: ignore[misc]
+            inst, role = payload
             inst.role, inst.draining_to = role, None
             timeline.append((t, c.roles()))
-            for r in list(c.instances):
-                c.kick(r)
+            for other in list(c.instances):
+                c.kick(other)
         elif kind == "tick":
             while finished and finished[0].done is not None and finished[0].done < t - window_s:
                 finished.popleft()

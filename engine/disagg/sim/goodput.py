@@ -33,7 +33,7 @@ def diurnal_trace(peak_rate: float, trough_fraction: float, prompt: int, output:
         phase = (t / seconds - 4 / 24) * 2 * math.pi
         return peak_rate * (trough_fraction + (1 - trough_fraction) * (1 - math.cos(phase)) / 2)
 
-    t, out = 0.0, []
+    t, out = 0.0, list[SimRequest]()
     while True:  # thinning (Lewis-Shedler)
         t += rng.expovariate(peak_rate)
         if t >= seconds:
