@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from recipe.server import routes_chat, routes_messages, routes_misc, routes_responses
+from recipe.server import openapi_bodies, routes_chat, routes_messages, routes_misc, routes_responses
 from recipe.server.auth import KeyChecker
 from recipe.server.backend import Backend
 from recipe.server.config import ServerConfig
@@ -96,6 +96,7 @@ def create_app(config: ServerConfig, backend: Backend, *, parts: ProtocolParts |
         pass
     else:
         app.include_router(playground.router)
+    openapi_bodies.install(app)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

@@ -84,7 +84,8 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
                    help="token budget of one step (prefill chunks + decodes)")
     g.add_argument("--max-model-len", type=int, default=None, metavar="N",
-                   help="most tokens (prompt + output) per sequence (default: the model's context length)")
+                   help="most tokens (prompt + output) per sequence (default: the model's context length; "
+                        "with --backend echo it sets the echo model's context)")
     g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
                    help="reuse the KV of earlier requests' common prefixes (default on)")
     g.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
@@ -152,7 +153,8 @@ def default_model_name(model: str | None) -> str:
 
 def build_backend(args: argparse.Namespace) -> Backend:
     if args.backend == "echo":
-        return EchoBackend(model=echo_model_card(args.model or "echo"), token_delay_s=args.echo_token_delay)
+        card = echo_model_card(args.model or "echo", context_length=args.max_model_len or 131072)
+        return EchoBackend(model=card, token_delay_s=args.echo_token_delay)
     if disagg_requested(args):
         return build_disagg_backend(args, {**engine_config_from_args(args), **kv_engine_config(args)},
                                     default_model_name(args.model))

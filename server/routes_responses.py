@@ -53,6 +53,17 @@ def store_failed(exc: StoreWriteError) -> ApiError:
     return ApiError(507, f"{str(exc).capitalize()}. Retry with 'store': false, or later.", code="storage_unavailable")
 
 
+def _check_storable(body: dict[str, Any], full_input: list[Any]) -> None:
+    """A stored row (and the response object, which echoes request fields) must encode as JSON: values
+    nested past the encoder's 255 levels are refused before generating rather than failing the save."""
+    try:
+        orjson.dumps(body)
+        orjson.dumps(full_input)
+    except orjson.JSONEncodeError:
+        raise ApiError(400, "The request nests values too deeply to be stored; send it with 'store': false "
+                            "or flatten it.", param="input") from None
+
+
 async def _expand(state: ServerState, body: dict[str, Any], owner: str) -> tuple[dict[str, Any], list[Any]]:
     """The body with earlier turns prepended to its input, and that full input (what gets stored)."""
     items = input_items(body.get("input"))
@@ -87,6 +98,8 @@ async def create_response(request: Request) -> Response:
     # a continuation carries its whole history: treat it as large
     size = len(raw) if previous is None else max(len(raw), state.pipeline.offload_bytes)
     converted = await state.pipeline.aconvert("responses", body, size)
+    if store:
+        _check_storable(body, full_input)
     state.pipeline.parts.require("stream")
     gen = await state.pipeline.prepare(
         "responses", converted, echo=state.pipeline.parts.stream.responses_echo(body),

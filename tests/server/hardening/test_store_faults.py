@@ -160,3 +160,20 @@ def test_sigkill_mid_stream_keeps_every_stored_response(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
+
+
+def test_input_nested_too_deeply_to_store_is_a_400_before_generating(tmp_path: Path) -> None:
+    c = TestClient(create_app(ServerConfig(responses_db=str(tmp_path / "r.sqlite3")), EchoBackend()),
+                   raise_server_exceptions=False)
+    deep: Any = "x"
+    for _ in range(300):
+        deep = [deep]
+    body = {"model": "echo", "max_output_tokens": 4, "input": [
+        {"role": "user", "type": "message", "content": [{"type": "input_text", "text": "hi", "extra": deep}]}]}
+    r = c.post("/v1/responses", json=body)
+    assert r.status_code in (400, 200), r.text  # conversion may refuse it first; never a 500
+    if r.status_code == 400:
+        assert set(r.json()) == {"error"}
+    r = c.post("/v1/responses", json={**body, "metadata_x": deep})
+    assert r.status_code == 400 and "too deeply" in r.json()["error"]["message"], r.text
+    assert c.post("/v1/responses", json={**body, "metadata_x": deep, "store": False}).status_code in (200, 400)
