@@ -27,7 +27,7 @@ class DisaggConfig:
     handoff_timeout_s: float = 30.0
     restart_workers: bool = True
     ready_timeout_s: float = 300.0
-    transport: str = "shm"  # "shm" (one machine) or "ray" (the Ray object store)
+    transport: str = "shm"  # "shm": a shared-memory segment per hand-off (one machine; the only one built)
 
     def __post_init__(self) -> None:
         checks = [
@@ -37,7 +37,7 @@ class DisaggConfig:
              "prefill workers need decode workers (and the other way round), unless both-role workers serve"),
             (self.handoff_timeout_s > 0, "handoff_timeout_s must be > 0"),
             (self.ready_timeout_s > 0, "ready_timeout_s must be > 0"),
-            (self.transport in ("shm", "ray"), f"transport must be 'shm' or 'ray', got {self.transport!r}"),
+            (self.transport == "shm", f"transport must be 'shm' (the Ray transport is not built), got {self.transport!r}"),
         ]
         for ok, message in checks:
             if not ok:

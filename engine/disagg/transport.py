@@ -100,8 +100,4 @@ class ShmTransport:
 def make_transport(name: str) -> Transport:
     if name == "shm":
         return ShmTransport()
-    if name == "ray":
-        from recipe.engine.disagg.ray_transport import RayTransport
-
-        return RayTransport()
     raise ValueError(f"unknown transport {name!r}")
