@@ -14,7 +14,8 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-from recipe.engine.llm_engine import EngineStats, LLMEngine
+from recipe.engine.expert_parallel.ep_engine import create_engine
+from recipe.engine.llm_engine import EngineStats
 from recipe.engine.outputs import RequestOutput
 from recipe.engine.sampling_params import SamplingParams
 
@@ -48,7 +49,7 @@ class AsyncLLM:
     """
 
     def __init__(self, model: Any = "smollm2", **config: Any) -> None:
-        self.engine = LLMEngine(model, **config)
+        self.engine = create_engine(model, **config)  # expert_parallel_size > 1: rank processes
         self._commands: list[tuple[str, Any]] = []
         self._lock = threading.Lock()  # guards _commands, _streams, _closed, _adds_in_hand and adding requests
         self._wake = threading.Event()

@@ -66,6 +66,12 @@ class EngineConfig:
     weight_format: str = "dtype"
     moe_backend: str = "grouped"  # "loop": one matmul pair per expert
     norm_backend: str = "torch"  # "native": RMSNorm of fp32 rows in one native kernel call (engine/kernels)
+    # Expert parallelism (engine/expert_parallel): N rank processes, routed experts sharded, attention
+    # data-parallel; 1 = off. EPLB: every `eplb_interval_steps` steps (None = off) the ranks rebalance the
+    # expert placement from the loads they recorded, with `eplb_redundant_experts` extra replicas.
+    expert_parallel_size: int = 1
+    eplb_interval_steps: int | None = None
+    eplb_redundant_experts: int = 0
     # Speculative decoding (engine/speculative): None = off; "ngram", "draft-head" or "mtp". Draft tokens per
     # step: an int, or "auto" (per sequence and step, from the drafter's confidences and the step cost model,
     # which is read from `speculative_cost_model` (a JSON file) or else profiled at start-up).
@@ -102,6 +108,9 @@ class EngineConfig:
             (self.weight_format in WEIGHT_FORMATS,
              f"weight_format must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {self.weight_format!r}"),
             (self.norm_backend in ("native", "torch"), f"norm_backend must be 'native' or 'torch', got {self.norm_backend!r}"),
+            (self.expert_parallel_size >= 1, "expert_parallel_size must be >= 1"),
+            (self.eplb_interval_steps is None or self.eplb_interval_steps >= 1, "eplb_interval_steps must be >= 1"),
+            (self.eplb_redundant_experts >= 0, "eplb_redundant_experts must be >= 0"),
             (self.moe_backend in ("grouped", "loop"), f"moe_backend must be 'grouped' or 'loop', got {self.moe_backend!r}"),
             (self.speculative in (None, "ngram", "draft-head", "mtp"),
              f"speculative must be None, 'ngram', 'draft-head' or 'mtp', got {self.speculative!r}"),

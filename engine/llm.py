@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from recipe.engine.llm_engine import LLMEngine
+from recipe.engine.expert_parallel.ep_engine import create_engine
 from recipe.engine.outputs import RequestOutput, RequestTiming, TokenLogprob
 from recipe.engine.sampling_params import SamplingParams
 
@@ -18,7 +18,7 @@ class LLM:
     ready `(model, ModelInfo)` pair; `config` are `EngineConfig` fields."""
 
     def __init__(self, model: Any = "smollm2", **config: Any) -> None:
-        self.engine = LLMEngine(model, **config)
+        self.engine = create_engine(model, **config)  # expert_parallel_size > 1: rank processes
         self.model_info = self.engine.model_info
         self._tokenizer: Any = None
         self._ids = itertools.count()

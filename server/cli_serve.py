@@ -90,6 +90,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="reuse the KV of earlier requests' common prefixes (default on)")
     g.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                    help="schedule the next step while the current one runs (default on)")
+    g.add_argument("--expert-parallel-size", type=int, default=None, metavar="N",
+                   help="serve a mixture-of-experts checkpoint from N rank processes, routed experts sharded "
+                        "(default 1: one process)")
     g.add_argument("--speculative", default=None, choices=("ngram", "draft-head", "mtp"), metavar="METHOD",
                    help="speculative decoding drafter: ngram, draft-head or mtp (default off)")
     g.add_argument("--num-speculative-tokens", default=None, type=speculative_tokens, metavar="K|auto",
@@ -120,6 +123,7 @@ ENGINE_OPTIONS = {
     "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
     "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",
     "weight_format": "weight_format", "attention_backend": "attention_backend",
+    "expert_parallel_size": "expert_parallel_size",
 }
 
 

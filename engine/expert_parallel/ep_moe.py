@@ -55,6 +55,7 @@ class ExpertParallelMoE:
     def __init__(self, rank: int, world_size: int, placement: Placement, device: torch.device | str = "cpu") -> None:
         self.rank, self.world_size, self.device = rank, world_size, device
         self.traffic = LayerTraffic()
+        self.calls = 0  # forwards this layer has entered (the engine's "did this step run the model" check)
         self.set_placement(placement)
 
     def set_placement(self, placement: Placement) -> None:
@@ -64,6 +65,7 @@ class ExpertParallelMoE:
         self.traffic.slot_rows = [0] * placement.slots_per_rank
 
     def __call__(self, module: RoutedExperts, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
         n, k = ids.shape
         t = self.table
         flat = ids.reshape(-1)

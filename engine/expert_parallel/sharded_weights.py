@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from recipe.engine.expert_parallel.ep_moe import ExpertParallelMoE
 from recipe.engine.expert_parallel.placement import Placement, default_placement
+from recipe.engine.layers.moe import MoE
 from recipe.engine.layers.routed_experts import RoutedExperts
 from torch import nn
 
@@ -86,8 +87,11 @@ def shard_for_rank(rank: int, world_size: int, placements: dict[int, Placement] 
     """The `load_model(shard=...)` hook for one rank."""
 
     def shard(model: nn.Module, source: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
-        if not moe_layers(model):
+        layers = moe_layers(model)
+        if not layers:
             raise ValueError("expert parallelism needs a mixture-of-experts model (DeepSeek-V3)")
+        if not all(isinstance(m, MoE) for m in layers.values()):
+            raise ValueError("expert parallelism shards DeepSeek-V3 MoE layers only (DeepSeek-V4 is not supported yet)")
         return LocalExperts(source, shard_model(model, rank, world_size, placements, device))
 
     return shard
