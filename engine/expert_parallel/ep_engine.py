@@ -209,11 +209,14 @@ class ExpertParallelEngine:
         return []  # workers step synchronously: nothing is ever in flight between driver steps
 
     def stats(self) -> EngineStats:
-        """The ranks' stats summed (KV usage: their mean)."""
+        """The ranks' stats summed; KV usage their mean; steps and model time the slowest rank's (the ranks
+        step together)."""
         per = self._all("stats")
         total = {f.name: sum(getattr(s, f.name) for s in per) for f in fields(EngineStats)
                  if isinstance(getattr(per[0], f.name), (int, float))}
         total["kv_usage"] = sum(s.kv_usage for s in per) / len(per)
+        total["steps"] = max(s.steps for s in per)
+        total["model_busy_s"] = max(s.model_busy_s for s in per)
         total["kv_tiers"] = None
         return EngineStats(**total)
 
