@@ -105,6 +105,9 @@ class ModelRunner:
         self.kinds = kinds  # a MultiKindBlockManager: block tables of every cache kind
         self.sampler = Sampler(device)
         self._prev: dict[int, int] = {}  # seq_id -> token sampled by the previous executed step
+        # a drafter that reads the target's hidden states (engine/speculative/head_drafter.py): seq_id -> the
+        # final hidden state of the position whose logits gave the sequence's last token
+        self.hidden_sink: dict[int, torch.Tensor] | None = None
 
     def prepare(self, sched: SchedulerOutput) -> PreparedStep:
         bs = self.block_size
@@ -208,6 +211,8 @@ class ModelRunner:
             from recipe.engine.speculative.verify_step import verify_step
 
             return verify_step(self, step, hidden, start)
+        if self.hidden_sink is not None:
+            self.hidden_sink.update(zip(step.sample_seq_ids, hidden[step.sample_rows].clone().unbind(0), strict=True))
         logits = self.model.compute_logits(hidden[torch.tensor(step.sample_rows, device=dev)])
         bitmask, dead_end = self._bitmask(step.matchers, logits.shape[1])
         out: SamplerOutput = self.sampler(logits, step.rows, bitmask)

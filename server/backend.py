@@ -99,6 +99,7 @@ class BackendStats:
     restored_tokens: int = 0  # of the hits, prompt tokens restored from the lower KV tiers
     kv_tiers: Any = None  # the engine's kv_tiers.TierSnapshot when its lower KV tiers are on
     swa_sessions: Any = None  # the engine's session_cache.SessionStats when its V4 session cache is on
+    speculative: Any = None  # the engine's speculative.SpecMetrics when speculative decoding is on
 
 
 class Backend(Protocol):

@@ -117,6 +117,7 @@ class EngineBackend:
             restored_tokens=int(_get(s, "restored_tokens", default=0)),
             kv_tiers=getattr(s, "kv_tiers", None),
             swa_sessions=getattr(s, "swa_sessions", None),
+            speculative=getattr(s, "speculative", None),
         )
 
     def failure(self) -> str | None:

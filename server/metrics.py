@@ -71,6 +71,8 @@ class _BackendCollector(Collector):
             yield from _tier_metrics(p, self.model_name, s)
         if s.swa_sessions is not None:
             yield from _swa_metrics(p, self.model_name, s.swa_sessions)
+        if s.speculative is not None:
+            yield from _speculative_metrics(p, self.model_name, s.speculative)
 
 
 _SWA_COUNTERS = (
@@ -110,6 +112,28 @@ _TIER_GAUGES = (
     ("kv_tier_capacity_bytes", "The tier's byte budget (0: none).", "capacity_bytes"),
     ("kv_tier_enabled", "1 while the tier is in use, 0 once an I/O error disabled it.", "enabled"),
 )
+
+
+_SPEC_COUNTERS = (  # vLLM's names for the first three
+    ("spec_decode_num_drafts", "Sequence-steps that verified a draft.", "drafts"),
+    ("spec_decode_num_draft_tokens", "Draft tokens verified.", "draft_tokens"),
+    ("spec_decode_num_accepted_tokens", "Draft tokens accepted.", "accepted_tokens"),
+    ("spec_decode_zero_length_choices", "Sequence-steps that could speculate and chose no draft.", "zero_length"),
+    ("spec_decode_drafter_seconds", "Time in the drafter and the draft-length policy.", "drafter_s"),
+    ("spec_decode_verify_seconds", "Time in steps that verified drafts.", "verify_s"),
+)
+
+
+def _speculative_metrics(p: str, model_name: str, m: Any) -> Iterator[Metric]:
+    for name, doc, attr in _SPEC_COUNTERS:
+        c = CounterMetricFamily(f"{p}:{name}", doc, labels=["model_name"])
+        c.add_metric([model_name], float(getattr(m, attr)))
+        yield c
+    hist = CounterMetricFamily(f"{p}:spec_decode_draft_length_choices", "Sequence-steps by chosen draft length.",
+                               labels=["model_name", "length"])
+    for k, n in sorted(m.length_histogram.items()):
+        hist.add_metric([model_name, str(k)], float(n))
+    yield hist
 
 
 def _tier_metrics(p: str, model_name: str, s: BackendStats) -> Iterator[Metric]:

@@ -16,9 +16,15 @@ from recipe.engine.speculative.speculator import AUTO_MAX_DRAFT, Speculator
 __all__ = ["Draft", "Drafter", "NgramDrafter", "SpecMetrics", "Speculator", "StepCost", "build_speculator"]
 
 
-def make_drafter(method: str, max_draft: int, model: Any) -> Drafter:
+def make_drafter(method: str, max_draft: int, model: Any, model_name: str, runner: Any) -> Drafter:
     if method == "ngram":
         return NgramDrafter(max_draft)
+    if method == "draft-head":
+        from recipe.engine.speculative.head_drafter import load_head_drafter
+
+        drafter = load_head_drafter(model, model_name, next(model.parameters()).dtype)
+        runner.hidden_sink = drafter.hidden
+        return drafter
     raise ValueError(f"speculative={method!r} is not available for this model")
 
 
@@ -27,7 +33,7 @@ def build_speculator(config: Any, *, model: Any, runner: Any, run_on_model_threa
     """The speculator for `config.speculative` ("auto" lengths: cost model loaded, or profiled now)."""
     k = config.num_speculative_tokens
     max_draft = AUTO_MAX_DRAFT if k == "auto" else int(k)
-    drafter = make_drafter(config.speculative, max_draft, model)
+    drafter = make_drafter(config.speculative, max_draft, model, config.model, runner)
     cost = None
     if k == "auto":
         if config.speculative_cost_model is not None:

@@ -20,12 +20,13 @@ class Draft:
     token_ids: list[int] = field(default_factory=list)
     confidences: list[float] = field(default_factory=list)
     key: int = 0  # which calibration bucket the confidences came from (drafter-specific)
+    raw: list[float] = field(default_factory=list)  # the drafter's uncalibrated scores, if it has any
 
     def __post_init__(self) -> None:
         assert len(self.token_ids) == len(self.confidences), (self.token_ids, self.confidences)
 
     def cut(self, n: int) -> Draft:
-        return Draft(self.token_ids[:n], self.confidences[:n], self.key)
+        return Draft(self.token_ids[:n], self.confidences[:n], self.key, self.raw[:n])
 
 
 class Drafter(Protocol):

@@ -31,7 +31,7 @@ class NgramDrafter:
     def __init__(self, max_draft: int, min_ngram: int = 1, max_ngram: int = 4) -> None:
         assert 1 <= min_ngram <= max_ngram
         self.min_ngram, self.max_ngram = min_ngram, max_ngram
-        self.table = AcceptanceTable(max_draft)
+        self.table = AcceptanceTable(max(max_draft, 16))  # any length `use_length` may switch to
 
     def propose(self, seqs: list[Sequence], max_lens: list[int]) -> list[Draft]:
         out = []

@@ -27,16 +27,20 @@ class Speculator:
                  max_model_len: int, max_num_batched_tokens: int, vocab_size: int,
                  cost: StepCost | None = None) -> None:
         self.drafter = drafter
-        self.fixed = None if num_speculative_tokens == "auto" else int(num_speculative_tokens)
-        assert self.fixed is not None or cost is not None, "auto draft lengths need a step cost model"
-        self.max_draft = AUTO_MAX_DRAFT if self.fixed is None else self.fixed
         self.cost = cost
+        self.use_length(num_speculative_tokens)
         self.block_manager = block_manager
         self.max_model_len = max_model_len
         self.max_num_batched_tokens = max_num_batched_tokens
         self.vocab_size = vocab_size
         self.metrics = SpecMetrics()
         self._drafts: dict[int, Draft] = {}
+
+    def use_length(self, num_speculative_tokens: int | str) -> None:
+        """Switch between a fixed draft length and "auto" (the drafter's calibration is kept)."""
+        self.fixed = None if num_speculative_tokens == "auto" else int(num_speculative_tokens)
+        assert self.fixed is not None or self.cost is not None, "auto draft lengths need a step cost model"
+        self.max_draft = AUTO_MAX_DRAFT if self.fixed is None else self.fixed
 
     @staticmethod
     def decoding(seq: Sequence) -> bool:

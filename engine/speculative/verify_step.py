@@ -21,6 +21,12 @@ def verify_step(runner: Any, step: Any, hidden: torch.Tensor, start: float) -> A
             for i in range(last - len(d), last + 1)]
     logits = runner.model.compute_logits(hidden[torch.tensor(flat, device=hidden.device)])
     rows = verify(runner.sampler, logits, step.rows, step.draft_ids, step.matchers, logits.shape[1])
+    if runner.hidden_sink is not None:  # the position that produced each row's last emitted token
+        offsets = [0]
+        for d in step.draft_ids:
+            offsets.append(offsets[-1] + len(d) + 1)
+        picked = [flat[offsets[i] + r.num_accepted] for i, r in enumerate(rows)]
+        runner.hidden_sink.update(zip(step.sample_seq_ids, hidden[picked].clone().unbind(0), strict=True))
     devices.synchronize(runner.device)
     last = [r.emitted[-1] if r.emitted else -1 for r in rows]
     runner._prev = dict(zip(step.sample_seq_ids, last, strict=True))

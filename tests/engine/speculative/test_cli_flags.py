@@ -26,3 +26,21 @@ def test_bad_values_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixt
         build_parser().parse_args(["serve", *argv])
     assert exc.value.code == 2
     assert "speculative" in capsys.readouterr().err
+
+
+def test_speculation_counters_reach_prometheus() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+    from recipe.engine.speculative import SpecMetrics
+    from recipe.server.backend import BackendStats
+    from recipe.server.metrics import ServerMetrics
+
+    spec = SpecMetrics(drafts=4, draft_tokens=10, accepted_tokens=7, zero_length=2, drafter_s=0.5, verify_s=1.5,
+                       length_histogram={0: 2, 3: 4})
+    text = ServerMetrics("recipe", "demo", lambda: BackendStats(speculative=spec)).render().decode()
+    got = {(s.name, s.labels.get("length")): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert got[("recipe:spec_decode_num_drafts_total", None)] == 4
+    assert got[("recipe:spec_decode_num_accepted_tokens_total", None)] == 7
+    assert got[("recipe:spec_decode_verify_seconds_total", None)] == 1.5
+    assert got[("recipe:spec_decode_draft_length_choices_total", "3")] == 4
+    plain = ServerMetrics("recipe", "demo", lambda: BackendStats()).render().decode()
+    assert "spec_decode" not in plain  # nothing when speculation is off

@@ -1,0 +1,155 @@
+"""Speculative decoding benchmark (SmolLM2): output tok/s with speculation against the same engine without it.
+
+    python bench/speculative.py                                   # small sizes, for a shared 2-core box
+    python bench/speculative.py --tokens 128 --repeats 3          # longer outputs
+
+Workloads (every timed round gets fresh prompts; within a round every configuration gets the same ones, so
+ratios are paired; prefix caching is off on every engine, so no configuration reuses another's prefill):
+  edit  rewrite a Python file of this repository with one change (rename its first function)
+  chat  short chat questions
+  json  answers constrained to a JSON schema
+Configurations: no speculation (the engine's default, asynchronous scheduling on), the n-gram drafter with a
+fixed k = 1..6, and k = auto (per sequence and step, from calibrated confidences and the start-up step cost
+model). Also printed: no speculation with asynchronous scheduling off, since a speculative step cannot overlap
+the scheduling of the next one (the next step's positions depend on how many drafts it accepts).
+Figures: median over rounds of output tok/s, of its ratio to no speculation, the acceptance rate, the mean
+accepted length (tokens per speculating sequence-step) and the mean chosen k; "same" says whether every
+greedy output equalled the output without speculation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from recipe.engine import LLM, SamplingParams
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPICS = ["photosynthesis", "the water cycle", "binary search", "compound interest", "plate tectonics",
+          "how vaccines work", "the French revolution", "recursion", "black holes", "supply and demand",
+          "the immune system", "hash tables", "climate change", "the printing press", "neural networks",
+          "volcanoes", "the stock market", "DNA replication", "the Roman empire", "electric cars",
+          "gravity", "sorting algorithms", "the moon landing", "coffee brewing", "jazz music", "bees",
+          "the internet", "solar panels", "chess openings", "rainbows", "glaciers", "the human heart"]
+JOBS = ["baker", "pilot", "nurse", "teacher", "farmer", "chef", "painter", "engineer", "doctor", "writer",
+        "plumber", "sailor", "miner", "judge", "tailor", "dancer", "poet", "banker", "coach", "guard",
+        "barber", "mason", "driver", "singer", "potter", "weaver", "hunter", "clerk", "actor", "smith"]
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"},
+    "skills": {"type": "array", "items": {"type": "string"}}}, "required": ["name", "age", "city", "skills"]}
+
+
+def chat(text: str) -> str:
+    return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def edit_prompts() -> list[str]:
+    """One per Python file with a function: rewrite the file's first 40 lines, renaming that function."""
+    out = []
+    for path in sorted(ROOT.glob("*/*.py")) + sorted(ROOT.glob("*/*/*.py")):
+        if ".venv" in path.parts or "tests" in path.parts:  # tests/ is the draft head's training text
+            continue
+        text = "\n".join(path.read_text().splitlines()[:40])
+        m = re.search(r"^def (\w+)\(", text, re.M)
+        if m:
+            out.append(chat(f"Rewrite this Python file, renaming the function {m.group(1)} to "
+                            f"{m.group(1)}_v2 everywhere. Output the whole file and nothing else.\n\n{text}"))
+    return out
+
+
+def workloads(tokenizer: Any) -> dict[str, tuple[list[str], Any]]:
+    from recipe.constraints import compile_constraint
+
+    json_prompts = [chat(f"Describe a fictional {j} as a JSON object with name, age, city and skills.")
+                    for j in JOBS]
+    return {"edit": (edit_prompts(), None),
+            "chat": ([chat(f"Explain {t} in a few sentences.") for t in TOPICS], None),
+            "json": (json_prompts, compile_constraint("json_schema", SCHEMA, tokenizer, timeout_s=300))}
+
+
+def run(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> tuple[float, int, list[tuple[int, ...]]]:
+    t = time.perf_counter()
+    outs = llm.generate(prompts, params)
+    seconds = time.perf_counter() - t
+    return seconds, sum(len(o.new_token_ids) for o in outs), [o.new_token_ids for o in outs]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=32, help="max output tokens per request")
+    ap.add_argument("--drafter", default="ngram", choices=("ngram", "draft-head"))
+    ap.add_argument("--batches", default="1,8", help="concurrent requests")
+    ap.add_argument("--workloads", default="edit,chat,json")
+    ap.add_argument("--ks", default="1,2,3,4,5,6,auto", help="speculation configurations")
+    ap.add_argument("--repeats", type=int, default=1, help="timed rounds (fresh prompts each)")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    base = {"num_threads": args.threads, "enable_prefix_caching": False, "max_num_batched_tokens": 2048,
+            "kv_cache_bytes": 256 << 20}
+    off = LLM("smollm2", **base)
+    sync = LLM("smollm2", async_scheduling=False, **base)
+    spec = LLM("smollm2", speculative=args.drafter, num_speculative_tokens="auto", **base)
+    print(f"step cost model (profiled at start-up): {spec.engine.speculator.cost}")
+    ks: list[int | str] = [k if k == "auto" else int(k) for k in args.ks.split(",")]
+    tok = spec.tokenizer
+    loads = workloads(tok)
+    for name in args.workloads.split(","):
+        texts, constraint = loads[name]
+        params = SamplingParams(temperature=0.0, max_tokens=args.tokens, constraint=constraint)
+        pool = itertools.cycle(texts)
+        for batch in (int(b) for b in args.batches.split(",")):
+            def fresh(b: int = batch, source: Any = pool) -> list[list[int]]:
+                return [spec.encode(next(source)) for _ in range(b)]
+
+            warm = fresh(1)  # warm-up (excluded); it also starts the drafter's calibration on this workload
+            spec.engine.speculator.use_length("auto")
+            for llm in (spec, off, sync):
+                run(llm, warm, params)
+            rates: dict[str, list[float]] = {}
+            ratios: dict[str, list[float]] = {}
+            stats: dict[str, list[Any]] = {}
+            same: dict[str, bool] = {}
+            for _ in range(args.repeats):
+                prompts = fresh()
+                seconds, n, ref = run(off, prompts, params)
+                rates.setdefault("off", []).append(n / seconds)
+                seconds, n, outs = run(sync, prompts, params)
+                rates.setdefault("off (sync)", []).append(n / seconds)
+                ratios.setdefault("off (sync)", []).append(n / seconds / rates["off"][-1])
+                for k in ks:
+                    spec.engine.speculator.use_length(k)
+                    before = spec.engine.stats().speculative
+                    seconds, n, outs = run(spec, prompts, params)
+                    after = spec.engine.stats().speculative
+                    key = f"k={k}"
+                    rates.setdefault(key, []).append(n / seconds)
+                    ratios.setdefault(key, []).append(n / seconds / rates["off"][-1])
+                    stats.setdefault(key, []).append((before, after))
+                    same[key] = same.get(key, True) and outs == ref
+            print(f"\n{name}, batch {batch}, {args.drafter} ({args.tokens} tokens max, {args.repeats} round(s)):")
+            print(f"  {'config':<12}{'tok/s':>8}{'ratio':>8}{'accept':>8}{'mean len':>10}{'mean k':>8}  same")
+            for key in rates:
+                line = f"  {key:<12}{statistics.median(rates[key]):8.2f}"
+                line += f"{statistics.median(ratios[key]):8.2f}" if key in ratios else f"{1.0:8.2f}"
+                if key in stats:
+                    d, a, acc, hist = 0, 0, 0, {}
+                    for before, after in stats[key]:
+                        d += after.drafts - before.drafts
+                        a += after.draft_tokens - before.draft_tokens
+                        acc += after.accepted_tokens - before.accepted_tokens
+                        for kk, c in after.length_histogram.items():
+                            hist[kk] = hist.get(kk, 0) + c - before.length_histogram.get(kk, 0)
+                    chosen = sum(kk * c for kk, c in hist.items()) / max(1, sum(hist.values()))
+                    line += f"{acc / max(a, 1):8.2f}{1 + acc / max(d, 1):10.2f}{chosen:8.2f}  {same[key]}"
+                print(line, flush=True)
+    for llm in (off, sync, spec):
+        llm.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The learned draft head: lossless like any drafter, fed with the right hidden states, weights round-trip."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from recipe.engine import SamplingParams
+from recipe.engine.speculative.draft_head import DraftHead, weights_path
+from recipe.engine.speculative.head_drafter import BinCalibration, DraftHeadDrafter
+from spec_helpers import make_llm, use_drafter
+from test_greedy_equality import repetitive_prompts
+from tiny_paged_model import TinyPagedLM
+
+MODEL = TinyPagedLM(seed=41)
+
+
+@pytest.mark.parametrize("k", [3, "auto"])
+def test_draft_head_greedy_output_equals_no_speculation_and_sees_the_right_hidden_states(k: int | str) -> None:
+    prompts = repetitive_prompts(5, 41)
+    params = SamplingParams(temperature=0.0, max_tokens=24, logprobs=1)
+    expected = make_llm(MODEL).generate(prompts, params)
+    llm = make_llm(MODEL, speculative="ngram", num_speculative_tokens=k, num_kv_blocks=40,
+                   max_num_batched_tokens=16)
+    torch.manual_seed(0)
+    drafter = DraftHeadDrafter(MODEL, DraftHead(32, 64).double(), BinCalibration(16))
+    use_drafter(llm, drafter)
+    llm.engine.runner.hidden_sink = drafter.hidden
+    step, checked = llm.engine.step, []
+
+    def step_then_check():  # type: ignore[no-untyped-def]
+        outputs = step()
+        for seq in llm.engine.scheduler.running:  # the hidden state behind the last token predicts it
+            if seq.seq_id in drafter.hidden and len(seq.token_ids) > seq.num_prompt_tokens:
+                logits = MODEL.compute_logits(drafter.hidden[seq.seq_id])
+                assert int(logits.argmax()) == seq.token_ids[-1]
+                checked.append(seq.seq_id)
+        return outputs
+
+    llm.engine.step = step_then_check  # type: ignore[method-assign]
+    got = llm.generate(prompts, params)
+    assert [o.new_token_ids for o in got] == [o.new_token_ids for o in expected]
+    m = llm.engine.stats().speculative
+    assert m.draft_tokens > 0 and len(checked) > 20
+    assert len(drafter.hidden) <= len(prompts)  # finished sequences' states are dropped
+
+
+def test_weights_round_trip_and_calibration_counts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(1)
+    head = DraftHead(8, 16)
+    head.save(tmp_path / "h.safetensors")
+    loaded = DraftHead.load(tmp_path / "h.safetensors")
+    h, e = torch.randn(3, 8), torch.randn(3, 8)
+    assert torch.allclose(loaded(h, e), head(h, e), atol=2e-2)  # stored in fp16
+    cal = BinCalibration(4)
+    assert cal.confidence(0, 0.95) == pytest.approx(0.95)  # the prior: the bin's centre
+    for _ in range(98):
+        cal.record(0, 0.95, False)
+    assert cal.confidence(0, 0.95) < 0.05  # overconfident raw scores get calibrated down
+    again = BinCalibration(4, cal.counts())
+    assert again.confidence(0, 0.95) == cal.confidence(0, 0.95)
+
+
+def test_the_shipped_smollm2_head_loads_and_is_small() -> None:
+    path = weights_path("smollm2")
+    assert path.exists() and path.stat().st_size < 8_000_000
+    head = DraftHead.load(path)
+    assert head.up.in_features == 576
