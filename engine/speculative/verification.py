@@ -95,8 +95,9 @@ def verify(sampler: Sampler, logits: torch.Tensor, rows: list[SamplingRow], draf
         # known can emit (position `walked` is the one after them; none where the mask was empty)
         limit = len(draft) if live[r] is None else walked[r]
         reach = len(draft) + 1 if live[r] is None else walked[r] + 1
-        if empty_at[r] is not None:
-            reach = empty_at[r]
+        empty = empty_at[r]
+        if empty is not None:
+            reach = empty
         a = 0
         while a < min(limit, reach) and sampled.token_ids[lo + a] == draft[a]:
             a += 1
