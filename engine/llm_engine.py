@@ -22,6 +22,7 @@ from recipe.engine.kv_kinds import MultiKindBlockManager
 from recipe.engine.layers.v4_kv import CacheSpec as KindSpec
 from recipe.engine.model_runner import ModelRunner, StepResult, kv_cache_blocks
 from recipe.engine.outputs import RequestOutput, RequestTiming
+from recipe.engine.prompt_check import check_prompt
 from recipe.engine.sampling_params import SamplingParams
 from recipe.engine.scheduler import Scheduler, SchedulerOutput
 from recipe.engine.sequence import Sequence
@@ -136,16 +137,7 @@ class LLMEngine:
 
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> list[int]:
         """Check a request against this engine (thread-safe: reads only fixed facts); returns the ids."""
-        if not isinstance(params, SamplingParams):
-            raise TypeError("params must be a SamplingParams")
-        ids = list(prompt_ids)
-        if not ids:
-            raise ValueError("the prompt is empty")
-        if not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in ids):
-            raise ValueError(f"prompt token ids must be ints in [0, {self.vocab_size})")
-        if len(ids) >= self.max_model_len:
-            raise ValueError(f"the prompt has {len(ids)} tokens; this engine holds at most {self.max_model_len} "
-                             "per sequence (prompt + output)")
+        ids = check_prompt(prompt_ids, params, self.vocab_size, self.max_model_len)
         if params.kv_retention is not None and params.kv_retention not in self.config.kv_retention:
             raise ValueError(f"unknown KV retention class {params.kv_retention!r}; "
                              f"known: {sorted(self.config.kv_retention)}")

@@ -23,6 +23,7 @@ from recipe.engine.config import EngineConfig
 from recipe.engine.expert_parallel.process_group import end_processes, free_port, init_rank
 from recipe.engine.llm_engine import EngineStats
 from recipe.engine.outputs import RequestOutput
+from recipe.engine.prompt_check import check_prompt
 from recipe.engine.sampling_params import SamplingParams
 
 
@@ -163,16 +164,7 @@ class ExpertParallelEngine:
 
     # ----- the LLMEngine calls -----
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> list[int]:
-        if not isinstance(params, SamplingParams):
-            raise TypeError("params must be a SamplingParams")
-        ids = list(prompt_ids)
-        if not ids:
-            raise ValueError("the prompt is empty")
-        if not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in ids):
-            raise ValueError(f"prompt token ids must be ints in [0, {self.vocab_size})")
-        if len(ids) >= self.max_model_len:
-            raise ValueError(f"the prompt has {len(ids)} tokens; this engine holds at most {self.max_model_len} "
-                             "per sequence (prompt + output)")
+        ids = check_prompt(prompt_ids, params, self.vocab_size, self.max_model_len)
         return ids
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,

@@ -17,16 +17,16 @@ for _dir in (str(_HERE), str(_HERE.parent / "models")):
 @pytest.fixture(scope="session")
 def v3_8_experts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Dense first layer, two MoE layers of 8 experts (top-2 of the best 2 of 4 groups), one shared expert."""
-    from ep_programs import write_tiny_v3
+    from model_driver import write_tiny_deepseek
 
-    return write_tiny_v3(tmp_path_factory.mktemp("ep_v3_8"), 4321)
+    return write_tiny_deepseek(tmp_path_factory.mktemp("ep_v3_8"), 4321)
 
 
 @pytest.fixture(scope="session")
 def v3_32_experts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """32 routed experts (top-4 of the best 4 of 8 groups) over three MoE layers: more experts than a
     decode step has tokens on any rank."""
-    from ep_programs import write_tiny_v3
+    from model_driver import write_tiny_deepseek
 
-    return write_tiny_v3(tmp_path_factory.mktemp("ep_v3_32"), 77, n_routed_experts=32, n_group=8, topk_group=4,
+    return write_tiny_deepseek(tmp_path_factory.mktemp("ep_v3_32"), 77, n_routed_experts=32, n_group=8, topk_group=4,
                          num_experts_per_tok=4, num_hidden_layers=4)

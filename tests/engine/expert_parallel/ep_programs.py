@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from model_driver import PagedDriver, randomize_routing_bias
+from model_driver import PagedDriver
 from recipe.engine.expert_parallel import metrics
 from recipe.engine.expert_parallel.ep_moe import enter_collectives_without_tokens
 from recipe.engine.expert_parallel.load_recorder import ExpertLoadRecorder
@@ -16,28 +16,6 @@ from recipe.engine.expert_parallel.placement_apply import rebalance
 from recipe.engine.expert_parallel.sharded_weights import CheckpointExperts, shard_for_rank
 from recipe.engine.models.registry import load_model
 from recipe.engine.models.safetensors_loader import SafetensorsCheckpoint
-
-TINY_V3 = dict(
-    vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
-    num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1, n_routed_experts=8,
-    kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16,
-    n_group=4, topk_group=2, num_experts_per_tok=2, first_k_dense_replace=1, max_position_embeddings=512,
-    routed_scaling_factor=2.5, bos_token_id=0, eos_token_id=1,
-)
-
-
-def write_tiny_v3(path: Path, seed: int, **overrides: Any) -> Path:
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-
-    torch.manual_seed(seed)
-    model = DeepseekV3ForCausalLM(DeepseekV3Config(**{**TINY_V3, **overrides}))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0, 1.0 if "gate.weight" in name else 0.08)
-    randomize_routing_bias(model, seed)
-    model.save_pretrained(path)
-    return path
 
 
 def greedy_run(model: torch.nn.Module, prompts: list[list[int]], decode_steps: int,

@@ -7,7 +7,8 @@ import random
 from pathlib import Path
 
 import torch
-from ep_programs import TINY_V3, ep_rank_rebalancing, reference
+from ep_programs import ep_rank_rebalancing, reference
+from model_driver import DEEPSEEK_SMALL
 from recipe.engine.expert_parallel.placement import default_placement
 from recipe.engine.expert_parallel.process_group import run_ranks
 
@@ -32,7 +33,7 @@ def test_placement_change_between_steps_changes_no_output(v3_32_experts: Path) -
     # metrics at the switch: the prefill and one decode step, k rows per token per MoE layer, over the ranks
     tokens = sum(len(p) + 1 for p in prompts)
     moe_layers = len(r0["plans"])
-    assert moe_layers == 4 - TINY_V3["first_k_dense_replace"]  # the 32-expert checkpoint has 4 layers
+    assert moe_layers == 4 - DEEPSEEK_SMALL["first_k_dense_replace"]  # the 32-expert checkpoint has 4 layers
     m = r0["metrics_before"]
     assert sum(m.rank_tokens) == tokens * 4 * moe_layers
     assert int(r0["loads"].sum()) == tokens * 4 * moe_layers

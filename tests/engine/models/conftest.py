@@ -35,41 +35,22 @@ def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-DEEPSEEK_SMALL = dict(
-    vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
-    num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1, n_routed_experts=8,
-    kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16,
-    n_group=4, topk_group=2, num_experts_per_tok=2, first_k_dense_replace=1, max_position_embeddings=512,
-    routed_scaling_factor=2.5, bos_token_id=0, eos_token_id=1,
-)
-
-
-def write_tiny_deepseek(path: Path, seed: int, **overrides: object) -> Path:
-    """A DeepseekV3ForCausalLM with random weights (and random routing biases) saved to `path`."""
-    from model_driver import randomize_routing_bias
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-
-    torch.manual_seed(seed)
-    model = DeepseekV3ForCausalLM(DeepseekV3Config(**{**DEEPSEEK_SMALL, **overrides}))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0, 1.0 if "gate.weight" in name else 0.08)
-    randomize_routing_bias(model, seed)
-    model.save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="session")
 def tiny_deepseek_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Dense first layer, two MoE layers (8 experts in 4 groups, top-2 of the best 2 groups, one shared
     expert), MLA with q_lora_rank and kv_lora_rank, interleaved RoPE."""
+    from model_driver import write_tiny_deepseek
+
     return write_tiny_deepseek(tmp_path_factory.mktemp("tiny_deepseek_v3"), 4321)
 
 
 @pytest.fixture(scope="session")
 def tiny_deepseek_yarn_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The other MLA variants: no q_lora_rank, half-split RoPE, YaRN scaling with mscale_all_dim."""
+    from model_driver import write_tiny_deepseek
+
     return write_tiny_deepseek(
         tmp_path_factory.mktemp("tiny_deepseek_v3_yarn"), 99, q_lora_rank=None, rope_interleave=False,
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "mscale": 1.0,

@@ -4,6 +4,7 @@ AttentionContext per step), and the `transformers` references the model tests co
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from recipe.engine.context import AttentionContext, reset_context, set_context
@@ -80,3 +81,27 @@ def hf_greedy(hf_model: torch.nn.Module, prompt: Sequence[int], n: int) -> list[
             eos_token_id=None, pad_token_id=0,
         )
     return out[0, len(prompt):].tolist()
+
+
+DEEPSEEK_SMALL = dict(
+    vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+    num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1, n_routed_experts=8,
+    kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16,
+    n_group=4, topk_group=2, num_experts_per_tok=2, first_k_dense_replace=1, max_position_embeddings=512,
+    routed_scaling_factor=2.5, bos_token_id=0, eos_token_id=1,
+)
+
+
+def write_tiny_deepseek(path: Path, seed: int, **overrides: object) -> Path:
+    """A DeepseekV3ForCausalLM with random weights (and random routing biases) saved to `path`."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    torch.manual_seed(seed)
+    model = DeepseekV3ForCausalLM(DeepseekV3Config(**{**DEEPSEEK_SMALL, **overrides}))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 1.0 if "gate.weight" in name else 0.08)
+    randomize_routing_bias(model, seed)
+    model.save_pretrained(path)
+    return path
