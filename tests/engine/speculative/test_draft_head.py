@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from recipe.engine import SamplingParams
-from recipe.engine.speculative.draft_head import DraftHead
+from recipe.engine.speculative.draft_head import DraftHead, weights_path
 from recipe.engine.speculative.head_drafter import BinCalibration, DraftHeadDrafter
 from spec_helpers import make_llm, use_drafter
 from test_greedy_equality import repetitive_prompts
@@ -59,3 +59,9 @@ def test_weights_round_trip_and_calibration_counts(tmp_path) -> None:  # type: i
     again = BinCalibration(4, cal.counts())
     assert again.confidence(0, 0.95) == cal.confidence(0, 0.95)
 
+
+def test_the_shipped_smollm2_head_loads_and_is_small() -> None:
+    path = weights_path("smollm2")
+    assert path.exists() and path.stat().st_size < 8_000_000
+    head = DraftHead.load(path)
+    assert head.up.in_features == 576
