@@ -84,11 +84,17 @@ _SWA_COUNTERS = (
 )
 
 
-def _swa_metrics(p: str, model_name: str, stats: Any) -> Iterator[Metric]:
-    for name, doc, attr in _SWA_COUNTERS:
+def _model_counters(p: str, model_name: str, table: tuple[tuple[str, str, str], ...],
+                    stats: Any) -> Iterator[Metric]:
+    """One counter per (name, doc, attribute) row of `table`, read from `stats`, labelled by model."""
+    for name, doc, attr in table:
         c = CounterMetricFamily(f"{p}:{name}", doc, labels=["model_name"])
         c.add_metric([model_name], float(getattr(stats, attr)))
         yield c
+
+
+def _swa_metrics(p: str, model_name: str, stats: Any) -> Iterator[Metric]:
+    yield from _model_counters(p, model_name, _SWA_COUNTERS, stats)
     g = GaugeMetricFamily(f"{p}:swa_session_bytes", "Bytes of window state the session cache holds.",
                           labels=["model_name"])
     g.add_metric([model_name], float(stats.bytes_held))
@@ -125,10 +131,7 @@ _SPEC_COUNTERS = (  # vLLM's names for the first three
 
 
 def _speculative_metrics(p: str, model_name: str, m: Any) -> Iterator[Metric]:
-    for name, doc, attr in _SPEC_COUNTERS:
-        c = CounterMetricFamily(f"{p}:{name}", doc, labels=["model_name"])
-        c.add_metric([model_name], float(getattr(m, attr)))
-        yield c
+    yield from _model_counters(p, model_name, _SPEC_COUNTERS, m)
     hist = CounterMetricFamily(f"{p}:spec_decode_draft_length_choices", "Sequence-steps by chosen draft length.",
                                labels=["model_name", "length"])
     for k, n in sorted(m.length_histogram.items()):
