@@ -25,6 +25,8 @@ class EngineConfig:
     Sliding-window session cache (DeepSeek-V4 only, off by default): `swa_session_bytes` is its host budget,
     `swa_session_ttl` the idle TTL, `swa_session_grain` the token grain window state is kept at. On a window
     miss `swa_replay` replays `sliding_window + swa_replay_margin` tokens (None: the model's exact margin).
+    With the lower KV tiers on, a V4 model's compressed blocks go down to them, and (`swa_persist_window`)
+    its window state at each grain boundary; False keeps only compressed blocks there (a miss then replays).
     """
 
     model: str = "smollm2"
@@ -53,6 +55,7 @@ class EngineConfig:
     swa_session_grain: int = 128  # window state is kept at multiples of this many tokens
     swa_replay: bool = True  # on a window miss, replay only the last tokens before the boundary
     swa_replay_margin: int | None = None  # replay sliding_window + margin tokens; None = the exact margin
+    swa_persist_window: bool = True  # with the lower KV tiers, window state at each grain goes down too
     # Speed paths, each with its reference as the off switch (tests prove them equal):
     # "reference" (default): one attention call per sequence, so a sequence's numerics never depend on
     # what else is in the batch; "batched": one padded call per layer for the decode rows (proven equal in

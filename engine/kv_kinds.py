@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from recipe.engine.block_manager import chain_hash
@@ -31,6 +32,9 @@ from recipe.engine.layers.v4_kv import RELEASED, REPLAY_BOUNDS, CacheSpec
 from recipe.engine.sequence import Sequence
 
 _ROOT = b""
+_WAIT = object()  # the lower tiers are still loading a prefix
+TIERS_NEED_SESSIONS = ("the lower KV tiers (kv_host_bytes, kv_dir) with several cache kinds (DeepSeek-V4) need the "
+                       "sliding-window session cache (swa_session_bytes): window state is persisted at its grain")
 
 
 def rows_per_block(spec: CacheSpec, block_size: int) -> int:
@@ -122,34 +126,69 @@ class MultiKindBlockManager:
         self._window_source: dict[int, tuple[str, int, int]] = {}  # seq_id -> ("hit"|"miss"|"replay", r, g)
         self._replay: dict[int, tuple[int, int]] = {}  # seq_id -> (window_from, compressed_until)
         self._next_grain: dict[int, int] = {}  # seq_id -> next grain boundary to copy its window at
+        self._tiers: Any = None  # kv_tiers.KindTiers, or None (off)
+        self._loading: dict[int, tuple[int, Future[dict[str, list[Any]]], dict[str, list[int]]]] = {}
+        self._stored: dict[int, dict[str, int]] = {}  # seq_id -> kind -> leading blocks handed to the tiers
+        self._restored_from: dict[int, str] = {}  # seq_id -> the lowest tier its matched prefix came from
 
-    # ----- lower KV tiers (not supported with several cache kinds) -----------------------------------------
+    # ----- lower KV tiers --------------------------------------------------------------------------------
     @property
     def tiers(self) -> Any:
-        return None
+        return self._tiers
 
     @tiers.setter
     def tiers(self, value: Any) -> None:
-        if value is not None:
-            raise ValueError("the lower KV tiers do not support models with several cache kinds (DeepSeek-V4) yet")
+        if value is not None and self.sessions is None:
+            raise ValueError(TIERS_NEED_SESSIONS)
+        self._tiers = value
 
     def take_pending_writes(self) -> list[Callable[[], None]]:
         writes, self.pending_writes = self.pending_writes, []
         return writes
 
     def offload(self, seq: Sequence, num_written_tokens: int) -> None:
-        """Copy `seq`'s window state out at each grain boundary its written KV (`num_written_tokens`) crossed."""
+        """Copy `seq`'s window state out at each grain boundary its written KV (`num_written_tokens`) crossed
+        (to the session cache, and to the lower tiers' window kind), and hand its newly complete compressed
+        blocks to the lower tiers. A sequence rebuilt by an inexact (bounded) replay hands the tiers nothing:
+        they would persist an approximation under the exact prefix's keys."""
         s = self.sessions
         nxt = self._next_grain.get(seq.seq_id)
         if s is None or nxt is None:
             return
         bs, hashes = self.block_size, self.hashes.get(seq.seq_id, [])
+        persist = self._tiers is not None and (s.exact or seq.seq_id not in self._replay)
+        retention = seq.params.kv_retention or "chat"
+        wname = self.specs[0].name
         while nxt <= num_written_tokens and nxt // bs <= len(hashes):
-            blocks = seq.block_table[(nxt - s.rows) // bs : nxt // bs]
+            first = (nxt - s.rows) // bs
+            blocks = seq.block_table[first : nxt // bs]
             if RELEASED not in blocks:
                 s.snapshot(blocks, hashes[nxt // bs - 1], nxt)
+                if persist and wname in self._tiers.tiers:
+                    owners = range(first, nxt // bs)
+                    self._tiers.offload(wname, blocks, [hashes[i] for i in owners],
+                                        [self._tokens(seq, i, bs) for i in owners], retention)
             nxt += s.grain
         self._next_grain[seq.seq_id] = nxt
+        if persist:
+            self._offload_compressed(seq, num_written_tokens, hashes, retention)
+
+    def _offload_compressed(self, seq: Sequence, written: int, hashes: list[bytes], retention: str) -> None:
+        """Hand the lower tiers each compressed block completed (and written) since the last call."""
+        bs, done = self.block_size, self._stored.setdefault(seq.seq_id, {})
+        for spec in self.specs[1:]:
+            table = self.tables[seq.seq_id][spec.name]
+            start = end = done.get(spec.name, 0)
+            while end < len(table):
+                owner = self._owner_block(spec, end)
+                if owner >= len(hashes) or (owner + 1) * bs > written:
+                    break
+                end += 1
+            if end > start:
+                owners = [self._owner_block(spec, j) for j in range(start, end)]
+                self._tiers.offload(spec.name, table[start:end], [hashes[o] for o in owners],
+                                    [self._tokens(seq, o, bs) for o in owners], retention)
+                done[spec.name] = end
 
     # ----- accounting -----------------------------------------------------------------------------------
     @property
@@ -182,8 +221,11 @@ class MultiKindBlockManager:
         bs, m = self.block_size, spec.tokens_per_row
         return j if m <= bs else (j + 1) * m // bs - 1
 
-    def match_prefix(self, seq: Sequence, wait: bool = True) -> list[int]:
-        """Window blocks (`RELEASED` before the window) of the longest prefix whose every kind is cached."""
+    def match_prefix(self, seq: Sequence, wait: bool = True) -> list[int] | None:
+        """Window blocks (`RELEASED` before the window) of the longest prefix whose every kind is cached.
+
+        With the lower tiers on, blocks past the device pool are loaded on their prefetch thread: while they
+        load this is None (wait) unless `wait` is set."""
         self._matched.pop(seq.seq_id, None)
         self._window_source.pop(seq.seq_id, None)
         if not self.enable_prefix_caching:
@@ -208,41 +250,64 @@ class MultiKindBlockManager:
                 window = [RELEASED] * first + [b for b in present[first : i + 1] if b is not None]
                 best = (i, window, kinds)
         if self.sessions is not None:
-            session = self._session_prefix(seq, hashes, 0 if best is None else (best[0] + 1) * bs)
-            if session is not None:
+            session = self._session_prefix(seq, hashes, 0 if best is None else (best[0] + 1) * bs, wait)
+            if session is _WAIT:
+                return None
+            if isinstance(session, list):
                 return session
         if best is None:
             return []
         self._matched[seq.seq_id] = best[2]
         return best[1]
 
+    def _compressed_slots(self, hashes: list[bytes], end: int) -> dict[str, list[int | None]]:
+        """Every compressed kind's blocks for the first `end` tokens in the device pool (None where absent)."""
+        return {spec.name: [self.pools[spec.name].cached.get(hashes[self._owner_block(spec, j)])
+                            for j in range(self._needed(spec, end))] for spec in self.specs[1:]}
+
     def _compressed_blocks(self, hashes: list[bytes], end: int) -> dict[str, list[int]] | None:
         """Every compressed kind's cached blocks for the first `end` tokens (None if one is missing)."""
         kinds: dict[str, list[int]] = {}
-        for spec in self.specs[1:]:
-            pool, blocks = self.pools[spec.name], []
-            for j in range(self._needed(spec, end)):
-                block = pool.cached.get(hashes[self._owner_block(spec, j)])
-                if block is None:
-                    return None
-                blocks.append(block)
-            kinds[spec.name] = blocks
+        for name, slots in self._compressed_slots(hashes, end).items():
+            if any(b is None for b in slots):
+                return None
+            kinds[name] = [b for b in slots if b is not None]
         return kinds
 
-    def _session_prefix(self, seq: Sequence, hashes: list[bytes], best_end: int) -> list[int] | None:
-        """A prefix past `best_end` from the session cache (or a bounded replay), or None for the ordinary one.
+    def _session_prefix(self, seq: Sequence, hashes: list[bytes], best_end: int, wait: bool) -> object:
+        """A prefix past `best_end` from the session cache (or a bounded replay), None for the ordinary one, or
+        `_WAIT` while the lower tiers load.
 
-        The deepest grain boundary g with every compressed block cached decides: its window state comes from
-        the session cache into new window blocks (a hit), else the sequence starts `replay` tokens before g
-        with g's compressed blocks (a miss, replayed when that still beats `best_end`)."""
+        The deepest grain boundary g with every compressed block cached (in the device pool, else in the lower
+        tiers) decides: its window state comes from the session cache, else from the lower tiers, into new
+        window blocks (a hit), else the sequence starts `replay` tokens before g with g's compressed blocks (a
+        miss, replayed when that still beats `best_end`)."""
         s, bs = self.sessions, self.block_size
+        window = self.pools[self.specs[0].name]
+        wname, n = self.specs[0].name, s.rows // bs
         for g in range(len(hashes) * bs // s.grain * s.grain, best_end, -s.grain):
-            kinds = self._compressed_blocks(hashes, g)
-            if kinds is None:
+            slots = self._compressed_slots(hashes, g)
+            wanted = {k: [j for j, b in enumerate(v) if b is None] for k, v in slots.items()}
+            wanted = {k: v for k, v in wanted.items() if v}
+            if wanted and (self._tiers is None or not all(
+                    self._tiers.lookup(k, self._kind_hashes(k, hashes, v)) == len(v) for k, v in wanted.items())):
                 continue
-            window = self.pools[self.specs[0].name]
-            n = s.rows // bs
             state = s.cache.get(hashes[g // bs - 1]) if len(window.free) >= n else None
+            tier_window = (state is None and len(window.free) >= n and self._tiers is not None
+                           and wname in self._tiers.tiers
+                           and self._tiers.lookup(wname, hashes[g // bs - n : g // bs]) == n)
+            if tier_window:
+                wanted[wname] = list(range(g // bs - n, g // bs))
+            window_blocks: list[int] | None = None
+            if wanted:
+                got = self._load(seq, hashes, g, wanted, wait)
+                if got is None:
+                    return _WAIT
+                installed = self._install(seq, hashes, slots, wanted, got)
+                if installed is None:
+                    continue  # a unit failed to read back: try a shallower boundary
+                window_blocks = installed
+            kinds = {k: [b for b in v if b is not None] for k, v in slots.items()}
             if state is not None:
                 first = g // bs - n
                 blocks = [window.allocate() for _ in range(n)]
@@ -253,6 +318,10 @@ class MultiKindBlockManager:
                 self._matched[seq.seq_id] = kinds
                 self._window_source[seq.seq_id] = ("hit", g, g)
                 return [RELEASED] * first + blocks
+            if window_blocks:
+                self._matched[seq.seq_id] = kinds
+                self._window_source[seq.seq_id] = ("tier", g, g)
+                return [RELEASED] * (g // bs - n) + window_blocks
             if s.replay is not None and g - s.replay > best_end:
                 r = g - s.replay
                 self._matched[seq.seq_id] = kinds
@@ -261,6 +330,76 @@ class MultiKindBlockManager:
             self._window_source[seq.seq_id] = ("miss", g, g)
             return None
         return None
+
+    def _kind_hashes(self, kind: str, hashes: list[bytes], index: list[int]) -> list[bytes]:
+        """The keys of `kind`'s blocks `index` (compressed: the hash of the token block completing each)."""
+        if kind == self.specs[0].name:
+            return [hashes[i] for i in index]
+        spec = next(sp for sp in self.specs if sp.name == kind)
+        return [hashes[self._owner_block(spec, j)] for j in index]
+
+    def _load(self, seq: Sequence, hashes: list[bytes], g: int, wanted: dict[str, list[int]], wait: bool
+              ) -> dict[str, list[Any]] | None:
+        """The lower tiers' units of `wanted` blocks (kind -> indices), loaded on their thread; None while
+        loading unless `wait`."""
+        pending = self._loading.get(seq.seq_id)
+        if pending is None or pending[0] != g or pending[2] != wanted:
+            keys = {k: self._kind_hashes(k, hashes, v) for k, v in wanted.items()}
+            pending = self._loading[seq.seq_id] = (g, self._tiers.prefetch(keys), wanted)
+        if not wait and not pending[1].done():
+            return None
+        del self._loading[seq.seq_id]
+        return pending[1].result()
+
+    def _install(self, seq: Sequence, hashes: list[bytes], slots: dict[str, list[int | None]],
+                 wanted: dict[str, list[int]], got: dict[str, list[Any]]) -> list[int] | None:
+        """Put loaded units into new blocks of their kinds (registered, free and cached: admit() takes them; the
+        KV is written before the next step), filling `slots`. Returns the window blocks loaded ([] if none),
+        or None (nothing changed) when a compressed unit is missing, damaged or has no room."""
+        bs, wname = self.block_size, self.specs[0].name
+        spec_of = {sp.name: sp for sp in self.specs}
+        ok: dict[str, list[Any]] = {}
+        for kind, index in wanted.items():
+            owners = index if kind == wname else [self._owner_block(spec_of[kind], j) for j in index]
+            good = []
+            for unit, owner in zip(got.get(kind, []), owners, strict=False):
+                if unit.token_ids.tolist() != list(self._tokens(seq, owner, bs)):
+                    break
+                good.append(unit)
+            held = [b for b in (slots.get(kind) or []) if b is not None and self.pools[kind].ref[b] == 0]
+            room = len(self.pools[kind].free) - len(held) >= len(index)
+            if len(good) == len(index) and room:
+                ok[kind] = good
+            elif kind != wname:
+                return None
+        if wname in wanted and wname not in ok:
+            wanted = {k: v for k, v in wanted.items() if k != wname}  # the window state did not come back
+        window_blocks: list[int] = []
+        for kind, index in wanted.items():
+            pool = self.pools[kind]
+            held = [b for b in (slots.get(kind) or []) if b is not None and pool.ref[b] == 0]
+            for b in held:  # keep the device's blocks of this prefix out of the allocator's reach
+                pool.take(b)
+            ids = [pool.allocate() for _ in index]
+            for b in held:
+                pool.release(b)
+            for b, key in zip(ids, self._kind_hashes(kind, hashes, index), strict=True):
+                pool.register(b, key)
+                pool.release(b)
+            self.pending_writes.append(self._tiers.device_writer(kind, ids, ok[kind]))
+            if kind == wname:
+                window_blocks = ids
+            else:
+                for j, b in zip(index, ids, strict=True):
+                    slots[kind][j] = b
+        tiers = {u.tier for kind in wanted for u in ok[kind]}
+        if tiers:
+            self._restored_from[seq.seq_id] = "disk" if "disk" in tiers else "host"
+        return window_blocks
+
+    @staticmethod
+    def _tokens(seq: Sequence, block: int, bs: int) -> list[int]:
+        return seq.token_ids[block * bs : (block + 1) * bs]
 
     # ----- blocks -----------------------------------------------------------------------------------------
     def admit(self, seq: Sequence, prefix_block_ids: list[int], num_tokens: int) -> bool:
@@ -285,6 +424,12 @@ class MultiKindBlockManager:
         self.prefix_hits += len(prefix_block_ids) * self.block_size
         if self.sessions is not None:
             self._admitted_session(seq, len(prefix_block_ids) * self.block_size)
+        if self._tiers is not None:  # the prefix's compressed blocks are in the tiers already (or were dropped)
+            self._stored[seq.seq_id] = {name: len(blocks) for name, blocks in kinds.items()}
+            tier = self._restored_from.pop(seq.seq_id, None)
+            if tier is not None and prefix_block_ids:
+                self.restored_tokens += len(prefix_block_ids) * self.block_size
+                self._tiers.credit(tier, len(prefix_block_ids) * self.block_size)
         ok = self.ensure(seq, num_tokens)
         assert ok
         return True
@@ -294,8 +439,9 @@ class MultiKindBlockManager:
         s = self.sessions
         source, r, g = self._window_source.pop(seq.seq_id, ("", 0, 0))
         nxt = (cached // s.grain + 1) * s.grain
-        if source == "hit":
+        if source in ("hit", "tier"):
             s.stats.hits += 1
+            s.stats.tier_hits += source == "tier"
         elif source:
             s.stats.misses += 1
         if source == "replay":
@@ -394,7 +540,8 @@ class MultiKindBlockManager:
                 self.pools[name].release(block)
         self.hashes.pop(seq.seq_id, None)
         self._window_of.pop(seq.seq_id, None)
-        for state in (self._window_source, self._replay, self._next_grain):
+        for state in (self._window_source, self._replay, self._next_grain, self._loading, self._stored,
+                      self._restored_from):
             state.pop(seq.seq_id, None)
         seq.block_table = []
         seq.block_hashes = []

@@ -18,7 +18,7 @@ from typing import Any
 from recipe.engine import device as devices
 from recipe.engine.block_manager import BlockManager
 from recipe.engine.config import EngineConfig
-from recipe.engine.kv_kinds import MultiKindBlockManager
+from recipe.engine.kv_kinds import TIERS_NEED_SESSIONS, MultiKindBlockManager
 from recipe.engine.layers.v4_kv import CacheSpec as KindSpec
 from recipe.engine.model_runner import ModelRunner, StepResult, kv_cache_blocks
 from recipe.engine.outputs import RequestOutput, RequestTiming
@@ -95,8 +95,17 @@ class LLMEngine:
         if cfg.kv_tiers_enabled:
             from recipe.engine.kv_tiers import KVTiers
 
-            self.kv_tiers = KVTiers.from_config(cfg, self.model, self.model_info, self.dtype,
-                                                getattr(self.runner, "kv_cache", None))
+            if kinds is None:
+                self.kv_tiers = KVTiers.from_config(cfg, self.model, self.model_info, self.dtype,
+                                                    getattr(self.runner, "kv_cache", None))
+            else:  # one tier stack per cache kind; window state only at the session cache's grain
+                from recipe.engine.kv_tiers.kind_tiers import KindTiers
+
+                if self.swa_sessions is None:
+                    raise ValueError(TIERS_NEED_SESSIONS)
+                s = self.swa_sessions
+                window = s.rows / s.grain if cfg.swa_persist_window else 0.0
+                self.kv_tiers = KindTiers.from_config(cfg, self.model, self.model_info, self.dtype, window)
             self.block_manager.tiers = self.kv_tiers
         # The model always runs on this one thread (so both modes run it alike); only async mode overlaps.
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(

@@ -27,7 +27,8 @@ import torch
 class SessionStats:
     """Counters of the session cache (read by `EngineStats.swa_sessions`)."""
 
-    hits: int = 0  # admitted sequences whose window state came from the cache
+    hits: int = 0  # admitted sequences whose window state came from the cache (or the lower KV tiers)
+    tier_hits: int = 0  # of the hits, window states the lower KV tiers (host, directory) restored
     misses: int = 0  # admitted sequences that needed window state the cache did not hold
     replays: int = 0  # of the misses, those rebuilt by bounded replay
     replay_tokens: int = 0  # tokens those replays recomputed

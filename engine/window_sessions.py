@@ -15,10 +15,11 @@ from recipe.engine.session_cache import SessionCache, WindowState, replay_tokens
 
 class WindowSessions:
     def __init__(self, cache: SessionCache, window_pool: torch.Tensor, grain: int, rows: int,
-                 replay: int | None) -> None:
+                 replay: int | None, exact: bool = True) -> None:
         nb, bs, width = window_pool.shape
         assert grain % bs == 0 and rows % bs == 0 and rows <= grain, (grain, rows, bs)
         self.cache, self.grain, self.rows, self.replay = cache, grain, rows, replay
+        self.exact = exact  # a replay rebuilds the window exactly (the exact margin, or a margin at least as long)
         self.block_size = bs
         self._flat = window_pool.view(nb * bs, width)
 
@@ -34,7 +35,8 @@ class WindowSessions:
                 raise ValueError(f"swa_session_grain must be a multiple of compression rate {spec.tokens_per_row}")
         replay = replay_tokens(model, config.swa_replay_margin, config.block_size) if config.swa_replay else None
         cache = SessionCache(config.swa_session_bytes, config.swa_session_ttl)
-        return cls(cache, model.pools["window"], config.swa_session_grain, rows, replay)
+        exact = replay is None or replay >= model.exact_replay_tokens()
+        return cls(cache, model.pools["window"], config.swa_session_grain, rows, replay, exact)
 
     @property
     def stats(self) -> Any:
