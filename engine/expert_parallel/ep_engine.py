@@ -1,5 +1,6 @@
-"""`LLM(model, expert_parallel_size=N)`: N rank processes, each an `LLMEngine` over the same checkpoint with
-its share of the routed experts (attention and shared experts replicated: data-parallel attention).
+"""`LLM(model, expert_parallel_size=N)` on DeepSeek-V3 or DeepSeek-V4: N rank processes, each an `LLMEngine`
+over the same checkpoint with its share of the routed experts (attention, routers and shared experts
+replicated: data-parallel attention; a hash-routed V4 layer picks experts by token id on the token's rank).
 
 The driver (this object, in the caller's process) owns no model. It hands each new request to the rank
 with the fewest unfinished requests and steps all ranks in lockstep: every rank runs one engine step per
@@ -64,8 +65,8 @@ def _worker(rank: int, world: int, port: int, model_path: str, config: dict[str,
         engine = LLMEngine(loaded, **{**engine_config, "async_scheduling": False})
         model = engine.model
         if not moe_layers(model):
-            raise ValueError(f"expert parallelism needs a mixture-of-experts checkpoint (DeepSeek-V3); {model_path!r} "
-                             "has no routed experts")
+            raise ValueError("expert parallelism needs a mixture-of-experts checkpoint (DeepSeek-V3 or DeepSeek-V4); "
+                             f"{model_path!r} has no routed experts")
         layer = _first_ep_layer(model)
         recorder = ExpertLoadRecorder(model) if cfg.eplb_interval_steps else None
         fetch = CheckpointExperts(SafetensorsCheckpoint(model_path))

@@ -15,11 +15,19 @@ from typing import Any
 import torch
 from recipe.engine.expert_parallel.ep_moe import ExpertParallelMoE
 from recipe.engine.expert_parallel.placement import Placement, default_placement
-from recipe.engine.layers.moe import MoE
 from recipe.engine.layers.routed_experts import RoutedExperts
+from recipe.engine.models.block_quant import DequantizedCheckpoint
 from torch import nn
 
-_V3_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.")
+# one routed expert's tensors (weights and, for a block-quantised release, their scales): DeepSeek-V3's
+# `model.layers.L.mlp.experts.E.`, DeepSeek-V4's `[model.]layers.L.ffn.experts.E.`
+_EXPERT = re.compile(r"^(?:model\.layers\.(\d+)\.mlp|(?:model\.)?layers\.(\d+)\.ffn)\.experts\.(\d+)\.")
+
+
+def expert_of(name: str) -> tuple[int, int] | None:
+    """(layer, expert) of a routed expert's tensor name, None for any other tensor."""
+    m = _EXPERT.match(name)
+    return None if m is None else (int(m.group(1) or m.group(2)), int(m.group(3)))
 
 
 def moe_layers(model: nn.Module) -> dict[int, RoutedExperts]:
@@ -53,8 +61,8 @@ class LocalExperts(Mapping[str, torch.Tensor]):
 
     @staticmethod
     def _mine(name: str, local: dict[int, set[int]]) -> bool:
-        m = _V3_EXPERT.match(name)
-        return m is None or int(m.group(2)) in local.get(int(m.group(1)), set())
+        le = expert_of(name)
+        return le is None or le[1] in local.get(le[0], set())
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if name not in self._known:
@@ -89,21 +97,30 @@ def shard_for_rank(rank: int, world_size: int, placements: dict[int, Placement] 
     def shard(model: nn.Module, source: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
         layers = moe_layers(model)
         if not layers:
-            raise ValueError("expert parallelism needs a mixture-of-experts model (DeepSeek-V3)")
-        if not all(isinstance(m, MoE) for m in layers.values()):
-            raise ValueError("expert parallelism shards DeepSeek-V3 MoE layers only (DeepSeek-V4 is not supported yet)")
+            raise ValueError("expert parallelism needs a mixture-of-experts model (DeepSeek-V3 or DeepSeek-V4)")
         return LocalExperts(source, shard_model(model, rank, world_size, placements, device))
 
     return shard
 
 
 class CheckpointExperts:
-    """Reads one logical expert's stacked weights ([2I, H] gate|up, [H, I] down) from a V3 checkpoint."""
+    """Reads one logical expert's stacked weights ([2I, H] gate|up, [H, I] down) from a DeepSeek-V3
+    (`gate_proj`/`up_proj`/`down_proj`) or DeepSeek-V4 (`w1`/`w3`/`w2`, block-quantised ones dequantised)
+    checkpoint."""
 
     def __init__(self, source: Mapping[str, torch.Tensor]) -> None:
-        self.source = source
+        self.source = DequantizedCheckpoint(source)
+        self._prefix: dict[int, str] = {}
+        for name in self.source:
+            le = expert_of(name)
+            if le is not None and le[0] not in self._prefix:
+                self._prefix[le[0]] = name[: name.index(".experts.")] + ".experts."
 
     def __call__(self, layer: int, expert: int) -> tuple[torch.Tensor, torch.Tensor]:
-        p = f"model.layers.{layer}.mlp.experts.{expert}."
-        gate_up = torch.cat([self.source[p + "gate_proj.weight"], self.source[p + "up_proj.weight"]], dim=0)
-        return gate_up, self.source[p + "down_proj.weight"]
+        p = f"{self._prefix[layer]}{expert}."
+        if p + "w1.weight" in self.source:
+            gate, up, down = "w1", "w3", "w2"
+        else:
+            gate, up, down = "gate_proj", "up_proj", "down_proj"
+        gate_up = torch.cat([self.source[f"{p}{gate}.weight"], self.source[f"{p}{up}.weight"]], dim=0)
+        return gate_up, self.source[f"{p}{down}.weight"]

@@ -88,11 +88,11 @@ def _load_experts(mlp: V4MoE, ffn: str, source: Mapping[str, torch.Tensor], used
         return source[name]
 
     w_gate_up, w_down = mlp.w_gate_up, mlp.w_down
-    for e in range(w_gate_up.shape[0]):
+    for slot, e in mlp.expert_slots():  # every expert, or an expert-parallel rank's own
         x = f"{ffn}experts.{e}."
         names = [x + "w1.weight", x + "w3.weight"]
-        assign(w_gate_up[e], torch.cat([get(n) for n in names], dim=0), " + ".join(names))
-        assign(w_down[e], get(x + "w2.weight"), x + "w2.weight")
+        assign(w_gate_up[slot], torch.cat([get(n) for n in names], dim=0), " + ".join(names))
+        assign(w_down[slot], get(x + "w2.weight"), x + "w2.weight")
     sh = ffn + "shared_experts."
     gate_up = mlp.shared_gate_up.weight
     assign(gate_up, torch.cat([get(sh + "w1.weight"), get(sh + "w3.weight")], dim=0), sh + "w1/w3")

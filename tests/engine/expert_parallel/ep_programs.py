@@ -1,5 +1,6 @@
-"""What the expert-parallel tests run: tiny DeepSeek-V3 checkpoints, the single-process reference, and the
-per-rank program (data-parallel attention: rank r serves prompts r, r + N, ...; experts sharded)."""
+"""What the expert-parallel tests run: the single-process reference and the per-rank program (data-parallel
+attention: rank r serves prompts r, r + N, ...; experts sharded), on tiny DeepSeek-V3 and DeepSeek-V4
+checkpoints."""
 
 from __future__ import annotations
 
@@ -14,8 +15,36 @@ from recipe.engine.expert_parallel.ep_moe import enter_collectives_without_token
 from recipe.engine.expert_parallel.load_recorder import ExpertLoadRecorder
 from recipe.engine.expert_parallel.placement_apply import rebalance
 from recipe.engine.expert_parallel.sharded_weights import CheckpointExperts, shard_for_rank
+from recipe.engine.models.deepseek_v4 import DeepseekV4ForCausalLM
 from recipe.engine.models.registry import load_model
 from recipe.engine.models.safetensors_loader import SafetensorsCheckpoint
+from v4_checkpoints import V4Driver
+
+
+class _LastLogits:
+    """Steps a model over sequences and returns each sequence's last-token fp32 logits: DeepSeek-V3 through
+    `PagedDriver` (attention context), DeepSeek-V4 through `V4Driver` (multi-kind paged cache)."""
+
+    def __init__(self, model: torch.nn.Module, num_seqs: int, max_len: int) -> None:
+        self.v4 = isinstance(model, DeepseekV4ForCausalLM)
+        if self.v4:
+            model.allocate_kv_cache(24 * num_seqs, 4, torch.float32, "cpu")  # type: ignore[operator]
+            self.driver: Any = V4Driver(model)  # type: ignore[arg-type]
+        else:
+            self.driver = PagedDriver(model, num_seqs=num_seqs, max_len=max_len, attention_backend="reference")
+        self.lens = [0] * num_seqs
+
+    def step(self, batch: list[tuple[int, list[int]]]) -> list[torch.Tensor]:
+        if self.v4:
+            out = self.driver.step([(i, self.lens[i], toks) for i, toks in batch])
+            last = [o[-1] for o in out]
+        else:
+            flat = self.driver.step(batch)
+            ends = torch.tensor([len(toks) for _, toks in batch]).cumsum(0) - 1
+            last = list(flat[ends])
+        for i, toks in batch:
+            self.lens[i] += len(toks)
+        return last
 
 
 def greedy_run(model: torch.nn.Module, prompts: list[list[int]], decode_steps: int,
@@ -23,13 +52,10 @@ def greedy_run(model: torch.nn.Module, prompts: list[list[int]], decode_steps: i
     """Prefill every prompt in one step, then `decode_steps` greedy decode steps of all of them together.
     Returns the fp32 logits of each step's last token per prompt ([steps + 1, V] each) and the tokens.
     `between(step)` runs after each step but the last (a safe point)."""
-    driver = PagedDriver(model, num_seqs=len(prompts), max_len=max(map(len, prompts)) + decode_steps + 1,
-                         attention_backend="reference")
+    driver = _LastLogits(model, len(prompts), max(map(len, prompts)) + decode_steps + 1)
     logits: list[list[torch.Tensor]] = [[] for _ in prompts]
     tokens: list[list[int]] = [[] for _ in prompts]
-    out = driver.step(list(enumerate(prompts)))
-    ends = torch.tensor([len(p) for p in prompts]).cumsum(0) - 1
-    last = out[ends]
+    last = driver.step(list(enumerate(prompts)))
     for step in range(decode_steps + 1):
         for i in range(len(prompts)):
             logits[i].append(last[i])

@@ -44,3 +44,23 @@ def test_expert_parallel_engine_equals_single_process(v3_32_experts: Path) -> No
     for pid in pids:  # every rank process is gone
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_expert_parallel_engine_serves_deepseek_v4(v4_16_experts: Path) -> None:
+    """The same through the engine on DeepSeek-V4 (hash- and score-routed layers, window and compressed KV
+    kinds), with EPLB moving experts while serving."""
+    rng = random.Random(12)
+    prompts = [[rng.randrange(2, 96) for _ in range(rng.randint(3, 20))] for _ in range(5)]
+    lengths = [4, 8, 2, 10, 6]
+    config = dict(block_size=4, num_kv_blocks=64, max_num_seqs=2, num_threads=1)
+    single = LLM(str(v4_16_experts), **config)
+    want = _tokens(single, prompts, lengths)
+    single.shutdown()
+    llm = LLM(str(v4_16_experts), **config, expert_parallel_size=2, eplb_interval_steps=3, eplb_redundant_experts=4)
+    try:
+        assert _tokens(llm, prompts, lengths) == want
+        m = llm.engine.expert_parallel_metrics()
+        assert len(m.layer_imbalance) == 4 and all(t > 0 for t in m.rank_tokens)
+        assert any(max(r) > 1 for r in m.replicas.values())
+    finally:
+        llm.shutdown()

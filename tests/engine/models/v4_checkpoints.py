@@ -34,13 +34,15 @@ PATTERNS: dict[str, dict[str, Any]] = {
 }
 
 
-def write_v4_checkpoint(path: Path, pattern: str, seed: int = 0) -> Path:
+def write_v4_checkpoint(path: Path, pattern: str, seed: int = 0, **overrides: Any) -> Path:
+    """`V4_TINY` with `PATTERNS[pattern]` and then `overrides` (e.g. more experts) applied."""
     from transformers import DeepseekV4Config as HFConfig
     from transformers import DeepseekV4ForCausalLM as HFModel
 
     torch.manual_seed(seed)
-    model = HFModel(HFConfig(**{**V4_TINY, **PATTERNS[pattern]})).eval()
-    vocab, k, experts = V4_TINY["vocab_size"], V4_TINY["num_experts_per_tok"], V4_TINY["n_routed_experts"]
+    config = {**V4_TINY, **PATTERNS[pattern], **overrides}
+    model = HFModel(HFConfig(**config)).eval()
+    vocab, k, experts = config["vocab_size"], config["num_experts_per_tok"], config["n_routed_experts"]
     with torch.no_grad():  # the default init zeroes sinks, biases and position biases: give them values
         for name, p in model.named_parameters():
             if any(s in name for s in ("sinks", "position_bias", ".base", "hc_base")):
