@@ -59,6 +59,39 @@ class PromptBuilder:
         self._parts.append(text)
         self._pos = end
 
+    def pieces(self, pieces: tuple[tuple[bool, str], ...]) -> None:
+        """`special(text)` or `template(text)` for each `(is_special, text)`, in order (one call, same result)."""
+        pos, parts, ranges, spans, template_end = self._pos, self._parts, self._ranges, self._reusable, self._template_end
+        for is_special, text in pieces:
+            end = pos + len(text)
+            if is_special:
+                ranges.append((pos, end))
+            elif not text:
+                continue
+            elif template_end == pos and spans:
+                spans[-1] = (spans[-1][0], end)
+                template_end = end
+            else:
+                spans.append((pos, end))
+                template_end = end
+            parts.append(text)
+            pos = end
+        self._pos, self._template_end = pos, template_end
+
+    def joined(self, parts: list[str], special: str) -> None:
+        """`text(parts[0])`, `special(special)`, `text(parts[1])`, … : plain parts joined by one special
+        spelling (a spelling inside a part stays plain text). One call, same result."""
+        pos, out, ranges, width = self._pos, self._parts, self._ranges, len(special)
+        for i, part in enumerate(parts):
+            if i:
+                ranges.append((pos, pos + width))
+                out.append(special)
+                pos += width
+            if part:
+                out.append(part)
+                pos += len(part)
+        self._pos = pos
+
     def images(self, sources: tuple[ImageSource, ...]) -> None:
         self._images.extend(sources)
 

@@ -73,11 +73,7 @@ def tools_head(calls: str, invoke: str, parameter: str) -> Pieces:
 
 
 def emit_pieces(b: PromptBuilder, pieces: Pieces) -> None:
-    for is_special, text in pieces:
-        if is_special:
-            b.special(text)
-        else:
-            b.template(text)
+    b.pieces(pieces)
 
 
 def tool_line(tool: ToolDefinition, dumps: Callable[[Any], str]) -> str:

@@ -33,45 +33,35 @@ class DsmlDialect:
         return f"</{DSML}{self.calls}>"
 
 
-def _param(b: PromptBuilder, d: DsmlDialect, key: str, value: str, is_string: bool) -> None:
-    b.text("<")
-    b.special(DSML)
-    b.text(f'{d.parameter} name="{key}" string="{"true" if is_string else "false"}">{value}</')
-    b.special(DSML)
-    b.text(d.parameter + ">")
-
-
 def render_calls(b: PromptBuilder, calls: tuple[ToolCall, ...], d: DsmlDialect) -> None:
-    """`"\\n\\n<｜DSML｜calls>\\n" + invokes + "</｜DSML｜calls>"`; every `｜DSML｜` is a special range."""
-    b.text("\n\n<")
-    b.special(DSML)
-    b.text(d.calls + ">\n")
+    """`"\\n\\n<｜DSML｜calls>\\n" + invokes + "</｜DSML｜calls>"`; every `｜DSML｜` is a special range.
+
+    The block is assembled as the plain parts between its `｜DSML｜` markers and appended in one
+    `PromptBuilder.joined` call (a marker spelled inside a name or value stays plain text).
+    """
+    blank_lines = d.blank_line_in_empty_invoke
+    parts = ["\n\n<"]
+    cur = d.calls + ">\n"
     for call in calls:
-        b.text("<")
-        b.special(DSML)
-        b.text(f'{d.invoke} name="{call.name}">\n')
+        parts.append(cur + "<")
+        cur = f'{d.invoke} name="{call.name}">\n'
         args = parse_arguments(call.arguments)
         params: list[tuple[str, str, bool]]
         if args is None:
             params = [("arguments", call.arguments, True)]
         else:
             params = [(k, v, True) if isinstance(v, str) else (k, d.dumps(v), False) for k, v in args.items()]
-        if d.blank_line_in_empty_invoke:
-            for i, (key, value, is_string) in enumerate(params):
-                if i:
-                    b.text("\n")
-                _param(b, d, key, value, is_string)
-            b.text("\n</")
-        else:
-            for key, value, is_string in params:
-                _param(b, d, key, value, is_string)
-                b.text("\n")
-            b.text("</")
-        b.special(DSML)
-        b.text(d.invoke + ">\n")
-    b.text("</")
-    b.special(DSML)
-    b.text(d.calls + ">")
+        for i, (key, value, is_string) in enumerate(params):
+            if blank_lines and i:
+                cur += "\n"
+            parts.append(cur + "<")
+            parts.append(f'{d.parameter} name="{key}" string="{"true" if is_string else "false"}">{value}</')
+            cur = d.parameter + ">" if blank_lines else d.parameter + ">\n"
+        parts.append(cur + ("\n</" if blank_lines else "</"))
+        cur = d.invoke + ">\n"
+    parts.append(cur + "</")
+    parts.append(d.calls + ">")
+    b.joined(parts, DSML)
 
 
 def render_block_opener(b: PromptBuilder, d: DsmlDialect) -> None:
