@@ -273,7 +273,12 @@ class StreamProcessor:
         if decoder._held or decoder._det._pending:  # part of a character held (`decoder.busy`)
             return None
         spec = parser._fast.get(parser._mode)
-        if spec is None or spec[0].search(text) is not None or (spec[1] and text[-1] == "\n"):
+        if (
+            spec is None
+            or spec[0].search(text) is not None
+            or (spec[1] is not None and not spec[1].isdisjoint(text))
+            or (spec[2] and text[-1] == "\n")
+        ):
             return None
         parser._tail = text if len(text) >= 32 else (parser._tail + text)[-32:]
         if not text.isascii():

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal, Protocol
 
 from recipe.conversation import ParsingOptions, ThinkingInitialStage
@@ -70,6 +71,18 @@ _REASONING, _CONTENT, _TOOLS, _DONE = range(4)
 _NEVER = re.compile(r"(?!)")
 
 
+@lru_cache(maxsize=64)
+def _first_char_trigger(chars: str) -> re.Pattern[str]:
+    """A pattern of any of `chars` (sorted): the first characters of the format's own markers, a handful
+    of sets per process. Stop sequences' first characters are checked as a set instead, so a request with
+    stop sequences never seen before compiles no pattern (a fresh `re.compile` costs ~0.1-1 ms)."""
+    return re.compile("[" + re.escape(chars) + "]") if chars else _NEVER
+
+
+# (marker first-character pattern, stop-sequence first characters not in it or None, holds trailing newlines)
+_FastSpec = tuple[re.Pattern[str], frozenset[str] | None, bool]
+
+
 class OutputTextParser:
     """Incremental parser of one choice's output text (see module docstring for the rules)."""
 
@@ -93,7 +106,7 @@ class OutputTextParser:
         self._strip_leading = False
         self.starts_in_reasoning = False
         self._token_markers = False
-        self._fast: dict[int, tuple[re.Pattern[str], bool]] = {}
+        self._fast: dict[int, _FastSpec] = {}
         self._marks_cache: dict[tuple[int, int, bool], list[str]] = {}
         self._tail = ""  # the last emitted characters (context for the newline rule before markers)
         if options.starts_in_tool_calls and self._tool_open is not None:
@@ -263,8 +276,12 @@ class OutputTextParser:
             spec = self._fast.get(key)
             if spec is None:
                 spec = self._fast[key] = self._fast_spec()
-            trigger, holds_newlines = spec
-            if trigger.search(text) is None and not (holds_newlines and text[-1] == "\n"):
+            trigger, stop_chars, holds_newlines = spec
+            if (
+                trigger.search(text) is None
+                and (stop_chars is None or stop_chars.isdisjoint(text))
+                and not (holds_newlines and text[-1] == "\n")
+            ):
                 self._tail = text if len(text) >= 32 else (self._tail + text)[-32:]
                 if json is not None and self._mode == _CONTENT:
                     self._json_content(text, lp, out)
@@ -280,12 +297,15 @@ class OutputTextParser:
         self._pending.append((text, lp))
         self._scan(out)
 
-    def _fast_spec(self) -> tuple[re.Pattern[str], bool]:
-        """For the current state: a pattern of the characters that may start a marker, and whether
-        trailing newlines are held."""
+    def _fast_spec(self) -> _FastSpec:
+        """For the current state: the characters that may start a marker (a pattern for the format's
+        markers, a set for the stop sequences' other first characters), and whether trailing newlines
+        are held."""
         marks = self._markers()
-        trigger = re.compile("[" + re.escape("".join({m[0] for m in marks})) + "]") if marks else _NEVER
-        return trigger, self._holds_newlines(marks)
+        n_stops = len(self._stops) if self._mode == _CONTENT and self._json is None else 0
+        own = {m[0] for m in marks[: len(marks) - n_stops]}
+        stop_chars = frozenset(m[0] for m in marks[len(marks) - n_stops :]) - own
+        return _first_char_trigger("".join(sorted(own))), stop_chars or None, self._holds_newlines(marks)
 
     def _holds_newlines(self, marks: list[str]) -> bool:
         """Trailing newlines wait: they are dropped if `</think>` or a tool block follows."""
