@@ -144,7 +144,8 @@ def _schema_problem(schema_json: str) -> str | None:
     if not definitely_valid(schema, schema_json):  # compiled pre-check; the Python validator words any message
         for error in _metaschema_validator().iter_errors(schema):
             return _meta_message(error)
-    bad = _first_bad_ref(schema, schema)
+    # a `$ref` key is spelled `"$ref"` in the compact text (`$` is never escaped): without it, no walk
+    bad = _first_bad_ref(schema, schema) if '"$ref"' in schema_json else None
     if bad is not None:
         return f"Pointer '{bad}' does not exist"
     return None
