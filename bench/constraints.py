@@ -8,7 +8,9 @@ Figures (medians, ratios against the anchors measured in the same run):
   direct engines embedded in the schema (`$defs` entries with their `$id`), their only way in;
 * six bench schemas (flat, nested, refs_anyof, large_50, any_object, long_string): compile time
   (schema → ready matcher), per-token mask time (mean, p99) over 129,280 ids while walking a valid
-  instance, compiled size.
+  instance, compiled size. `recipe-raw` walks Recipe's own compiled grammar with the llguidance matcher
+  called directly, so the gap to `recipe` is the cost of Recipe's matcher layer (EOS bits, checks; its start-state
+  mask is a copy, so that layer can also save time).
 
 Usage: .venv/bin/python bench/constraints.py [--quick] [--masks-only] [--clock wall|thread] [--write-figures] [--table]
 (--write-figures records the suite table in tests/constraints/suite_figures.json, which a test keeps from falling.)
@@ -152,6 +154,28 @@ class RecipeEngine:
 
     def size(self, compiled: Any) -> int:
         return int(compiled.size_bytes)
+
+
+class RecipeRawCompute(RecipeEngine):
+    """Recipe's compiled grammar with the llguidance matcher called directly (no Recipe matcher around it):
+    its mask time is the matcher's own compute, so recipe − recipe-raw is the Python layer's cost."""
+
+    name = "recipe-raw"
+
+    def __init__(self, tok: Any) -> None:
+        self.tok = tok
+
+    def walk(self, compiled: Any, ids: list[int]) -> list[float]:
+        m = compiled.matcher().backend_matcher.raw
+        mask = compiled.allocate_bitmask()
+        ptr, nbytes = mask.ctypes.data, mask.nbytes
+        times = []
+        for t in ids:
+            t0 = CLOCK[0]()
+            m.unsafe_compute_mask_ptr(ptr, nbytes)
+            times.append((CLOCK[0]() - t0) / 1000)
+            assert (int(mask[t >> 5]) >> (t & 31)) & 1 and m.consume_token(t)
+        return times
 
 
 class LLGuidanceDirect:
@@ -347,10 +371,12 @@ def run_suite_figures(args: Any, tok: Any, remotes: Any, engines: list[Any]) -> 
 def bench_masks(tok: Any, engines: list[Any], reps: int, walks: int) -> None:
     """Compile time and per-token mask time on the bench schemas, Recipe against the direct engines."""
     print("\nbench schemas (compile ms median; mask µs mean / p99 over 129,280 ids; compiled size)")
-    bench_engines: list[Any] = [RecipeEngine(tok), *[e for e in engines if e.name != "llguidance-lenient"]]
+    bench_engines: list[Any] = [RecipeEngine(tok), RecipeRawCompute(tok),
+                                *[e for e in engines if e.name != "llguidance-lenient"]]
     compile_ratios: dict[str, list[float]] = {e.name: [] for e in bench_engines}
     mask_ratios: dict[str, list[float]] = {e.name: [] for e in bench_engines}
     all_recipe_masks: list[float] = []
+    raw_masks: list[float] = []
     recipe_compiles: list[float] = []
     for case, (schema, inst) in bench_schemas().items():
         jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(inst)
@@ -376,16 +402,23 @@ def bench_masks(tok: Any, engines: list[Any], reps: int, walks: int) -> None:
             if e.name == "recipe":
                 all_recipe_masks.extend(masks)
                 recipe_compiles.extend(comp)
+            elif e.name == "recipe-raw":
+                raw_masks.extend(masks)
         line = " | ".join(f"{n}: {c_:.2f} ms, {m:.1f}/{p:.0f} µs, {s / 1024:.0f} KiB" for n, (c_, m, p, s)
                           in res.items())
         print(f"{case:12s} ({len(ids)} tok) {line}")
         for n, (c_, m, _, _) in res.items():
+            if n == "recipe-raw":
+                continue
             compile_ratios[n].append(c_ / res["recipe"][0])
             mask_ratios[n].append(m / res["recipe"][1])
     print(f"\nrecipe compile p50 {statistics.median(recipe_compiles):.2f} ms; mask mean "
           f"{statistics.fmean(all_recipe_masks):.1f} µs, p99 {np.percentile(all_recipe_masks, 99):.0f} µs")
+    if raw_masks:
+        print(f"recipe-raw (llguidance on Recipe's grammar, no Recipe layer): mask mean {statistics.fmean(raw_masks):.1f} µs, "
+              f"p99 {np.percentile(raw_masks, 99):.0f} µs")
     for n in compile_ratios:
-        if n == "recipe":
+        if n in ("recipe", "recipe-raw"):
             continue
         print(f"ratio {n}/recipe (median over schemas): compile {statistics.median(compile_ratios[n]):.2f}x, "
               f"mask mean {statistics.median(mask_ratios[n]):.2f}x")
