@@ -4,8 +4,9 @@ Each token carries `hc_mult` residual streams (hyper-connections). A layer is at
 plus compressed sparse or heavily compressed entries of the whole history, per `layer_types`) then a
 mixture of experts (hash-routed by token id or score-routed, per `mlp_layer_types`), each entered and left
 through a hyper-connection. The KV layout is several cache kinds (`cache_specs`): the window kind keeps
-the last tokens only, the compressed kinds one row per `rate` tokens. Multi-token-prediction weights, when
-the checkpoint has them, are kept (`mtp_weights`) for a speculative drafter.
+the last tokens only, the compressed kinds one row per `rate` tokens. Multi-token-prediction layers, when
+the checkpoint has them, are loaded (`mtp`) and run by `mtp_forward` for a speculative drafter
+(`deepseek_v4_mtp.py` states the contract).
 """
 
 from __future__ import annotations
@@ -15,54 +16,15 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F
 from recipe.engine.kv_kinds import rows_per_block, tokens_per_block
-from recipe.engine.layers.hyper_connections import HyperConnection, HyperHead, expand
+from recipe.engine.layers.hyper_connections import HyperHead
 from recipe.engine.layers.rmsnorm import RMSNorm
-from recipe.engine.layers.v4_attention import CSA, HCA, SLIDING, V4Attention
+from recipe.engine.layers.v4_attention import CSA, HCA, SLIDING
 from recipe.engine.layers.v4_kv import CacheSpec, PagedRows, V4Plan, V4Span
-from recipe.engine.layers.v4_moe import V4MoE, V4Router
 from recipe.engine.layers.v4_rope import V4Rotary
 from recipe.engine.models.deepseek_v4_config import DeepseekV4Config
+from recipe.engine.models.deepseek_v4_layer import WINDOW, DeepseekV4DecoderLayer, compressed_kind
+from recipe.engine.models.deepseek_v4_mtp import DeepseekV4MTP
 from torch import nn
-
-WINDOW = "window"
-
-
-def compressed_kind(rate: int) -> str:
-    return f"compressed_{rate}"
-
-
-class DeepseekV4DecoderLayer(nn.Module):
-    def __init__(self, c: DeepseekV4Config, index: int) -> None:
-        super().__init__()
-        kind = c.layer_types[index]
-        self.layer_type = kind
-        self.self_attn = V4Attention(
-            kind, c.hidden_size, c.num_heads, c.head_dim, c.q_lora_rank, c.o_groups, c.o_lora_rank,
-            c.sliding_window, c.rate(kind), c.index_n_heads, c.index_head_dim, c.index_topk, c.rms_norm_eps,
-        )
-        hash_vocab = c.vocab_size if c.mlp_layer_types[index] == "hash_moe" else None
-        router = V4Router(c.hidden_size, c.n_routed_experts, c.num_experts_per_tok, c.scoring_func,
-                          c.routed_scaling_factor, hash_vocab)
-        self.mlp = V4MoE(c.hidden_size, c.moe_intermediate_size, c.n_routed_experts, router, c.swiglu_limit)
-        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.attn_hc = HyperConnection(c.hidden_size, c.hc_mult, c.hc_sinkhorn_iters, c.hc_eps, c.rms_norm_eps)
-        self.ffn_hc = HyperConnection(c.hidden_size, c.hc_mult, c.hc_sinkhorn_iters, c.hc_eps, c.rms_norm_eps)
-
-    @property
-    def compressed_kind(self) -> str | None:
-        return None if self.layer_type == SLIDING else compressed_kind(self.self_attn.rate)
-
-    def forward(self, streams: torch.Tensor, token_ids: torch.Tensor, positions: torch.Tensor,
-                ropes: dict[str, tuple[torch.Tensor, torch.Tensor]], compress_rope: V4Rotary,
-                plan: V4Plan) -> torch.Tensor:
-        cos, sin = ropes["main" if self.layer_type == SLIDING else "compress"]
-        post, comb, collapsed = self.attn_hc(streams)
-        out = self.self_attn(self.input_layernorm(collapsed), positions, cos, sin, plan, WINDOW,
-                             self.compressed_kind, compress_rope)
-        streams = expand(streams, out, post, comb)
-        post, comb, collapsed = self.ffn_hc(streams)
-        return expand(streams, self.mlp(self.post_attention_layernorm(collapsed), token_ids), post, comb)
 
 
 class DeepseekV4ForCausalLM(nn.Module):
@@ -72,12 +34,16 @@ class DeepseekV4ForCausalLM(nn.Module):
         super().__init__()
         self.config = c
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList(DeepseekV4DecoderLayer(c, i) for i in range(c.num_layers))
+        self.layers = nn.ModuleList(DeepseekV4DecoderLayer(c, c.layer_types[i], c.mlp_layer_types[i])
+                                    for i in range(c.num_layers))
         self.hc_head = HyperHead(c.hidden_size, c.hc_mult, c.hc_eps, c.rms_norm_eps)
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.lm_head = None if c.tie_word_embeddings else nn.Linear(c.hidden_size, c.vocab_size, bias=False)
         self.rotary = self.make_rotary()
-        self.mtp_weights: dict[str, torch.Tensor] = {}
+        # built from the config; the loader empties it when the checkpoint has no `mtp.*` tensors (as one
+        # `transformers` writes), so size the KV cache after loading
+        self.mtp = nn.ModuleList(DeepseekV4MTP(c, i) for i in range(c.num_mtp_layers))
+        self.last_streams: torch.Tensor | None = None  # [N, hc, D] of the last forward, kept when `mtp` is loaded
         self.pools: dict[str, torch.Tensor] = {}
 
     def make_rotary(self) -> nn.ModuleDict:
@@ -89,10 +55,14 @@ class DeepseekV4ForCausalLM(nn.Module):
     def decoder_layers(self) -> list[DeepseekV4DecoderLayer]:
         return [layer for layer in self.layers if isinstance(layer, DeepseekV4DecoderLayer)]
 
+    def cache_layers(self) -> list[DeepseekV4DecoderLayer]:
+        """Every layer that keeps cache rows: the decoder layers, then the MTP layers' blocks."""
+        return self.decoder_layers() + [m.block for m in self.mtp if isinstance(m, DeepseekV4MTP)]
+
     # ----- KV layout ------------------------------------------------------------------------------------
     def cache_specs(self) -> list[CacheSpec]:
         """The window kind, then one compressed kind per compression rate in use."""
-        layers = self.decoder_layers()
+        layers = self.cache_layers()
         lookback = max(layer.self_attn.lookback for layer in layers)
         specs = [CacheSpec(WINDOW, 1, lookback, sum(layer.self_attn.window_row_width for layer in layers))]
         widths: dict[int, int] = {}
@@ -133,7 +103,7 @@ class DeepseekV4ForCausalLM(nn.Module):
         """Give each layer its column slices of the per-kind pools [num_blocks, rows_per_block, row_width]."""
         self.pools = dict(pools)
         offsets: dict[str, int] = {}
-        for layer in self.decoder_layers():
+        for layer in self.cache_layers():
             a = layer.self_attn
             off = offsets.get(WINDOW, 0)
             a.window_rows = PagedRows(self.pools[WINDOW], off, a.window_row_width)
@@ -154,21 +124,46 @@ class DeepseekV4ForCausalLM(nn.Module):
 
     # ----- forward --------------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, plan: V4Plan | None = None) -> torch.Tensor:
-        if plan is None:
-            from recipe.engine.layers.v4_plan import plan_from_context
-
-            plan = plan_from_context()
+        plan = self._plan(plan)
         x = self.embed_tokens(input_ids)
-        ropes = {}
-        for name, rope in self.rotary.items():
-            assert isinstance(rope, V4Rotary)
-            ropes[name] = rope.cos_sin(positions, x.dtype)
+        ropes = self._ropes(positions, x.dtype)
         compress_rope = self.rotary["compress"]
         assert isinstance(compress_rope, V4Rotary)
         streams = x.unsqueeze(1).expand(-1, self.config.hc_mult, -1).contiguous()
         for layer in self.decoder_layers():
             streams = layer(streams, input_ids, positions, ropes, compress_rope, plan)
+        self.last_streams = streams if len(self.mtp) else None
         return self.norm(self.hc_head(streams))
+
+    def mtp_forward(self, streams: torch.Tensor, next_ids: torch.Tensor, positions: torch.Tensor,
+                    plan: V4Plan | None = None, depth: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """MTP layer `depth` at `positions` [N]: streams [N, hc, D] (`last_streams` rows at those positions,
+        or a previous call's output) and the tokens at positions + 1 `next_ids` [N] -> (fp32 logits [N, V]
+        for the tokens at positions + 2, the layer's output streams [N, hc, D]). Writes the layer's cache rows
+        at `positions` through `plan`'s block tables (default: the runner's current step)."""
+        assert depth < len(self.mtp), "this checkpoint has no multi-token-prediction layer here"
+        mtp = self.mtp[depth]
+        assert isinstance(mtp, DeepseekV4MTP)
+        plan = self._plan(plan)
+        embedded = self.embed_tokens(next_ids)
+        compress_rope = self.rotary["compress"]
+        assert isinstance(compress_rope, V4Rotary)
+        out = mtp(streams, embedded, next_ids, positions, self._ropes(positions, embedded.dtype), compress_rope, plan)
+        return self.compute_logits(mtp.hidden(out)), out
+
+    def _plan(self, plan: V4Plan | None) -> V4Plan:
+        if plan is None:
+            from recipe.engine.layers.v4_plan import plan_from_context
+
+            plan = plan_from_context()
+        return plan
+
+    def _ropes(self, positions: torch.Tensor, dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        ropes = {}
+        for name, rope in self.rotary.items():
+            assert isinstance(rope, V4Rotary)
+            ropes[name] = rope.cos_sin(positions, dtype)
+        return ropes
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [M, H] -> fp32 logits [M, V]."""
@@ -181,5 +176,5 @@ class DeepseekV4ForCausalLM(nn.Module):
         load_v4_weights(self, source)
 
 
-__all__ = ["CSA", "HCA", "SLIDING", "WINDOW", "DeepseekV4Config", "DeepseekV4ForCausalLM", "V4Span",
-           "compressed_kind"]
+__all__ = ["CSA", "HCA", "SLIDING", "WINDOW", "DeepseekV4Config", "DeepseekV4DecoderLayer", "DeepseekV4ForCausalLM",
+           "DeepseekV4MTP", "V4Span", "compressed_kind"]

@@ -53,6 +53,10 @@ class DeepseekV4Config:
     max_positions: int
     tie_word_embeddings: bool
     rope_parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the multi-token-prediction layers' attention and MoE kinds: the schedules' entries past the decoder
+    # layers (the release's `compress_ratios` ends with the MTP layer's), else sliding window, score-routed
+    mtp_layer_types: tuple[str, ...] = ()
+    mtp_mlp_layer_types: tuple[str, ...] = ()
 
     @classmethod
     def from_hf(cls, cfg: Mapping[str, Any]) -> DeepseekV4Config:
@@ -67,16 +71,22 @@ class DeepseekV4Config:
         layer_types = cfg.get("layer_types")
         if layer_types is None and cfg.get("compress_ratios") is not None:
             layer_types = [_RATIO_TO_TYPE[int(r)] for r in cfg["compress_ratios"]]
-        layer_types = list(layer_types or default_layer_types(n))[:n]
+        n_mtp = int(cfg.get("num_nextn_predict_layers", 0) or 0)
+        all_types = list(layer_types or default_layer_types(n))
+        layer_types = all_types[:n]
+        mtp_types = (all_types[n:] + [LAYER_TYPES[0]] * n_mtp)[:n_mtp]
         mlp_types = cfg.get("mlp_layer_types")
         if mlp_types is None:
             n_hash = int(cfg.get("num_hash_layers", 3))
             mlp_types = ["hash_moe"] * min(n, n_hash) + ["moe"] * max(0, n - n_hash)
+        mtp_mlp_types = (list(mlp_types)[n:] + ["moe"] * n_mtp)[:n_mtp]
         mlp_types = list(mlp_types)[:n]
-        for name, types, allowed in (("layer_types", layer_types, LAYER_TYPES),
-                                     ("mlp_layer_types", mlp_types, MLP_LAYER_TYPES)):
-            if len(types) != n or any(t not in allowed for t in types):
-                raise CheckpointError(f"{name} must list {n} entries from {allowed}; got {types}")
+        for name, types, allowed, count in (("layer_types", layer_types, LAYER_TYPES, n),
+                                            ("mlp_layer_types", mlp_types, MLP_LAYER_TYPES, n),
+                                            ("the MTP layer types", mtp_types + mtp_mlp_types,
+                                             LAYER_TYPES + MLP_LAYER_TYPES, 2 * n_mtp)):
+            if len(types) != count or any(t not in allowed for t in types):
+                raise CheckpointError(f"{name} must list {count} entries from {allowed}; got {types}")
         head_dim = int(cfg.get("head_dim", 512))
         partial = cfg.get("partial_rotary_factor")
         if partial is None:
@@ -95,7 +105,7 @@ class DeepseekV4Config:
             sliding_window=int(cfg.get("sliding_window", 128)), o_groups=int(cfg.get("o_groups", 8)),
             o_lora_rank=int(cfg.get("o_lora_rank", 1024)), index_n_heads=int(cfg.get("index_n_heads", 64)),
             index_head_dim=int(cfg.get("index_head_dim", 128)), index_topk=int(cfg.get("index_topk", 512)),
-            num_mtp_layers=int(cfg.get("num_nextn_predict_layers", 0) or 0),
+            num_mtp_layers=n_mtp, mtp_layer_types=tuple(mtp_types), mtp_mlp_layer_types=tuple(mtp_mlp_types),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
             max_positions=int(cfg.get("max_position_embeddings", 1048576)),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),

@@ -42,8 +42,15 @@ def write_v4_checkpoint(path: Path, pattern: str, seed: int = 0, **overrides: An
     torch.manual_seed(seed)
     config = {**V4_TINY, **PATTERNS[pattern], **overrides}
     model = HFModel(HFConfig(**config)).eval()
+    randomize(model, config)
+    model.save_pretrained(path)
+    return path
+
+
+def randomize(model: Any, config: dict[str, Any] = V4_TINY) -> None:
+    """The default init zeroes sinks, biases and position biases: give them values (and hash tables)."""
     vocab, k, experts = config["vocab_size"], config["num_experts_per_tok"], config["n_routed_experts"]
-    with torch.no_grad():  # the default init zeroes sinks, biases and position biases: give them values
+    with torch.no_grad():
         for name, p in model.named_parameters():
             if any(s in name for s in ("sinks", "position_bias", ".base", "hc_base")):
                 p.normal_(0, 0.5)
@@ -55,8 +62,53 @@ def write_v4_checkpoint(path: Path, pattern: str, seed: int = 0, **overrides: An
                 gate.tid2eid.copy_(torch.stack([torch.randperm(experts)[:k] for _ in range(vocab)]))
             else:
                 gate.e_score_correction_bias.normal_(0, 0.1)
-    model.save_pretrained(path)
-    return path
+
+
+MTP_BLOCK = dict(num_hidden_layers=1, layer_types=[SWA], mlp_layer_types=["moe"])  # the release's MTP layer
+
+
+def mtp_block_model(seed: int) -> Any:
+    """A one-layer `transformers` V4 whose layer, hc_head and norm are an MTP layer's block and head (random)."""
+    from transformers import DeepseekV4Config as HFConfig
+    from transformers import DeepseekV4ForCausalLM as HFModel
+
+    torch.manual_seed(seed)
+    model = HFModel(HFConfig(**{**V4_TINY, **MTP_BLOCK})).eval()
+    randomize(model)
+    return model
+
+
+def add_mtp_layer(path: Path, seed: int = 1) -> dict[str, torch.Tensor]:
+    """Give a checkpoint written by `write_v4_checkpoint` one MTP layer in the release layout (`mtp.0.*`: the
+    block under the decoder layers' names, enorm / hnorm / e_proj / h_proj / norm / hc_head_*), set
+    `num_nextn_predict_layers` to 1, and return the added tensors. Its block is `mtp_block_model(seed)`'s."""
+    from safetensors.torch import load_file, save_file
+
+    block = mtp_block_model(seed)
+    with torch.no_grad():
+        tmp = path / "mtp_block"
+        block.save_pretrained(tmp)
+        written = load_file(str(tmp / "model.safetensors"))
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+    g = torch.Generator().manual_seed(seed)
+    d = V4_TINY["hidden_size"]
+    mtp = {"mtp.0." + k[len("model.layers.0."):]: v for k, v in written.items() if k.startswith("model.layers.0.")}
+    mtp |= {"mtp.0.norm.weight": written["model.norm.weight"], "mtp.0.hc_head_fn": written["model.hc_head.hc_fn"],
+            "mtp.0.hc_head_base": written["model.hc_head.hc_base"],
+            "mtp.0.hc_head_scale": written["model.hc_head.hc_scale"],
+            "mtp.0.enorm.weight": 1 + 0.3 * torch.randn(d, generator=g),
+            "mtp.0.hnorm.weight": 1 + 0.3 * torch.randn(d, generator=g),
+            "mtp.0.e_proj.weight": 0.2 * torch.randn(d, d, generator=g),
+            "mtp.0.h_proj.weight": 0.2 * torch.randn(d, d, generator=g)}
+    main = load_file(str(path / "model.safetensors"))
+    save_file({**main, **{k: v.contiguous() for k, v in mtp.items()}}, str(path / "model.safetensors"),
+              metadata={"format": "pt"})
+    config = json.loads((path / "config.json").read_text())
+    config["num_nextn_predict_layers"] = 1
+    (path / "config.json").write_text(json.dumps(config))
+    return mtp
 
 
 def load_engine_v4(path: Path, num_blocks: int = 256, block_size: int = 4) -> DeepseekV4ForCausalLM:
