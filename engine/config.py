@@ -69,6 +69,10 @@ class EngineConfig:
     weight_format: str = "dtype"
     moe_backend: str = "grouped"  # "loop": one matmul pair per expert
     norm_backend: str = "torch"  # "native": RMSNorm of fp32 rows in one native kernel call (engine/kernels)
+    # "layers": each decoder layer's torch modules; "fused": a decode-only step of a Llama-family model runs all
+    # layers in one native call (engine/kernels/fused_llama.py; fp32 activations and KV, fp32/q8_0/q4_1 weights),
+    # else the layered path
+    decode_backend: str = "layers"
     # Expert parallelism (engine/expert_parallel): N rank processes, routed experts sharded, attention
     # data-parallel; 1 = off. EPLB: every `eplb_interval_steps` steps (None = off) the ranks rebalance the
     # expert placement from the loads they recorded, with `eplb_redundant_experts` extra replicas.
@@ -111,6 +115,8 @@ class EngineConfig:
             (self.weight_format in WEIGHT_FORMATS,
              f"weight_format must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {self.weight_format!r}"),
             (self.norm_backend in ("native", "torch"), f"norm_backend must be 'native' or 'torch', got {self.norm_backend!r}"),
+            (self.decode_backend in ("layers", "fused"),
+             f"decode_backend must be 'layers' or 'fused', got {self.decode_backend!r}"),
             (self.expert_parallel_size >= 1, "expert_parallel_size must be >= 1"),
             (self.eplb_interval_steps is None or self.eplb_interval_steps >= 1, "eplb_interval_steps must be >= 1"),
             (self.eplb_redundant_experts >= 0, "eplb_redundant_experts must be >= 0"),

@@ -83,7 +83,8 @@ class LLMEngine:
         self.runner = ModelRunner(self.model, block_size=cfg.block_size, num_blocks=num_blocks,
                                   dtype=self.dtype, device=self.device, attention_backend=cfg.attention_backend,
                                   weight_format=cfg.weight_format, moe_backend=cfg.moe_backend,
-                                  kinds=kinds, norm_backend=cfg.norm_backend)
+                                  kinds=kinds, norm_backend=cfg.norm_backend,
+                                  decode_backend=cfg.decode_backend)
         self.swa_sessions: Any = None
         if cfg.swa_session_bytes is not None:
             if kinds is None:

@@ -80,12 +80,15 @@ def kv_cache_blocks(model: Any, *, block_size: int, dtype: torch.dtype, device: 
 class ModelRunner:
     def __init__(self, model: Any, *, block_size: int, num_blocks: int, dtype: torch.dtype,
                  device: torch.device, attention_backend: str = "batched", weight_format: str = "dtype",
-                 moe_backend: str = "grouped", kinds: Any = None, norm_backend: str = "torch") -> None:
+                 moe_backend: str = "grouped", kinds: Any = None, norm_backend: str = "torch",
+                 decode_backend: str = "layers") -> None:
         """The speed options are `EngineConfig`'s (each with its reference path as the off switch)."""
         self.model = model
         self.attention_backend = attention_backend
         if weight_format != "dtype":
             model.quantize_weights(weight_format)
+        if hasattr(model, "decode_backend"):  # models with a fused decode step (engine/kernels/fused_llama.py)
+            model.decode_backend = decode_backend
         for module in model.modules():
             if isinstance(module, RoutedExperts):
                 module.backend = moe_backend

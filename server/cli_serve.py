@@ -101,6 +101,11 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="weights: dtype (default), int8/int4 (torch kernels), q8_0/q4_1 (native CPU kernels)")
     g.add_argument("--attention-backend", default=None, choices=("reference", "batched", "native"),
                    help="attention of the decode rows (EngineConfig.attention_backend)")
+    g.add_argument("--norm-backend", default=None, choices=("torch", "native"),
+                   help="RMSNorm: torch's kernel or the native one (EngineConfig.norm_backend)")
+    g.add_argument("--decode-backend", default=None, choices=("layers", "fused"),
+                   help="decode-only steps of Llama models: per-layer modules, or all layers in one native call "
+                        "(EngineConfig.decode_backend)")
 
 
 def speculative_tokens(value: str) -> int | str:
@@ -122,7 +127,8 @@ ENGINE_OPTIONS = {
     "max_num_batched_tokens": "max_num_batched_tokens", "max_model_len": "max_model_len",
     "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
     "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",
-    "weight_format": "weight_format", "attention_backend": "attention_backend",
+    "weight_format": "weight_format", "attention_backend": "attention_backend", "norm_backend": "norm_backend",
+    "decode_backend": "decode_backend",
     "expert_parallel_size": "expert_parallel_size",
 }
 

@@ -15,11 +15,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cpu_kernels.h"
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
-
-#define QK 32
 
 #ifdef __AVX2__
 static inline float hsum(__m256 v) {
@@ -36,7 +36,7 @@ static inline float hsum(__m256 v) {
  *   q8_0: y += (dw * dx) * sum(qw * qx)
  *   q4_1: y += (dw * dx) * sum(qw * qx) + (mw * dx) * sum(qx)
  * The torch reference (`engine/layers/block_quant_linear.py`) computes the same values in another order. */
-static void quantize_rows(const float *x, int64_t M, int64_t K, int8_t *xq, float *dx, int32_t *xs) {
+void quantize_rows(const float *x, int64_t M, int64_t K, int8_t *xq, float *dx, int32_t *xs) {
     const int64_t nb = K / QK;
     for (int64_t i = 0; i < M * nb; i++) {
         const float *xb = x + i * QK;
@@ -116,6 +116,34 @@ static inline __attribute__((always_inline)) void rows_dot(
 #endif
 }
 
+/* Outputs y[m, n .. n + 3] (fewer at the end of N) of every activation row m < M against weight rows n..n+3:
+ * the block-quantised product of one group of 4 weight rows (shared by `quant_matmul` and the fused decoder). */
+void quant_group(int64_t n, int64_t M, int64_t K, int64_t N, const int8_t *w8, const uint8_t *w4,
+                 const float *d, const float *mn, const int8_t *xq, const float *dx, const int32_t *xs,
+                 float *y) {
+    const int64_t nb = K / QK, wrow = w8 != NULL ? K : K / 2;
+    const int8_t *a8 = w8 ? w8 + n * wrow : NULL;
+    const uint8_t *a4 = w4 ? w4 + n * wrow : NULL;
+    const float *an = mn ? mn + n * nb : NULL;
+    for (int64_t m = 0; m < M; m++) {
+        float out[4];
+        const int8_t *xm = xq + m * K;
+        if (n + 4 <= N) {
+            if (w8 != NULL) rows_dot(4, a8, NULL, wrow, d + n * nb, NULL, xm, dx + m * nb, xs + m * nb, nb, out);
+            else rows_dot(4, NULL, a4, wrow, d + n * nb, an, xm, dx + m * nb, xs + m * nb, nb, out);
+            for (int r = 0; r < 4; r++) y[m * N + n + r] = out[r];
+        } else {
+            for (int64_t r = 0; n + r < N; r++) {
+                if (w8 != NULL) rows_dot(1, a8 + r * wrow, NULL, wrow, d + (n + r) * nb, NULL, xm, dx + m * nb,
+                                         xs + m * nb, nb, out);
+                else rows_dot(1, NULL, a4 + r * wrow, wrow, d + (n + r) * nb, an + r * nb, xm, dx + m * nb,
+                              xs + m * nb, nb, out);
+                y[m * N + n + r] = out[0];
+            }
+        }
+    }
+}
+
 static void quant_matmul(const float *x, int64_t M, int64_t K, const int8_t *w8, const uint8_t *w4, const float *d,
                          const float *mn, int64_t N, float *y) {
     const int64_t nb = K / QK, groups = (N + 3) / 4;
@@ -124,31 +152,8 @@ static void quant_matmul(const float *x, int64_t M, int64_t K, const int8_t *w8,
     int32_t *xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)(M * nb));
     if (xq != NULL && dx != NULL && xs != NULL) {
         quantize_rows(x, M, K, xq, dx, xs);
-        const int64_t wrow = w8 != NULL ? K : K / 2;
 #pragma omp parallel for schedule(dynamic, 8) if (N * K * M >= 65536)
-        for (int64_t g = 0; g < groups; g++) {
-            const int64_t n = g * 4;
-            const int8_t *a8 = w8 ? w8 + n * wrow : NULL;
-            const uint8_t *a4 = w4 ? w4 + n * wrow : NULL;
-            const float *an = mn ? mn + n * nb : NULL;
-            for (int64_t m = 0; m < M; m++) {
-                float out[4];
-                const int8_t *xm = xq + m * K;
-                if (n + 4 <= N) {
-                    if (w8 != NULL) rows_dot(4, a8, NULL, wrow, d + n * nb, NULL, xm, dx + m * nb, xs + m * nb, nb, out);
-                    else rows_dot(4, NULL, a4, wrow, d + n * nb, an, xm, dx + m * nb, xs + m * nb, nb, out);
-                    for (int r = 0; r < 4; r++) y[m * N + n + r] = out[r];
-                } else {
-                    for (int64_t r = 0; n + r < N; r++) {
-                        if (w8 != NULL) rows_dot(1, a8 + r * wrow, NULL, wrow, d + (n + r) * nb, NULL, xm, dx + m * nb,
-                                                 xs + m * nb, nb, out);
-                        else rows_dot(1, NULL, a4 + r * wrow, wrow, d + (n + r) * nb, an + r * nb, xm, dx + m * nb,
-                                      xs + m * nb, nb, out);
-                        y[m * N + n + r] = out[0];
-                    }
-                }
-            }
-        }
+        for (int64_t g = 0; g < groups; g++) quant_group(g * 4, M, K, N, w8, w4, d, mn, xq, dx, xs, y);
     }
     free(xq);
     free(dx);
@@ -202,6 +207,34 @@ static inline void axpy(float *y, float a, const float *x, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* One (sequence b, KV head g) item of paged decode attention: the `group` query heads qg [group, Dk] sharing KV
+ * head g attend to the first L tokens of the sequence's blocks (`table`), read in place; o [group, Dv]. */
+void attend_item(const float *qg, const float *k, const float *v, const int64_t *table, int64_t L,
+                 int64_t group, int64_t g, int64_t Dk, int64_t Dv, int64_t bs, int64_t k_token_stride,
+                 int64_t k_head_stride, int64_t v_token_stride, int64_t v_head_stride, float scale, float *o) {
+    float *scores = (float *)malloc(sizeof(float) * (size_t)(L * group));
+    if (scores == NULL) return;
+    for (int64_t t = 0; t < L; t++) {
+        const int64_t slot = table[t / bs] * bs + t % bs;
+        const float *kt = k + slot * k_token_stride + g * k_head_stride;
+        for (int64_t j = 0; j < group; j++) scores[j * L + t] = dot(qg + j * Dk, kt, Dk) * scale;
+    }
+    for (int64_t j = 0; j < group; j++) {
+        float *s = scores + j * L, mx = -INFINITY, total = 0.0f;
+        for (int64_t t = 0; t < L; t++) mx = s[t] > mx ? s[t] : mx;
+        for (int64_t t = 0; t < L; t++) { s[t] = expf(s[t] - mx); total += s[t]; }
+        const float inv = 1.0f / total;
+        for (int64_t t = 0; t < L; t++) s[t] *= inv;
+    }
+    memset(o, 0, sizeof(float) * (size_t)(group * Dv));
+    for (int64_t t = 0; t < L; t++) {
+        const int64_t slot = table[t / bs] * bs + t % bs;
+        const float *vt = v + slot * v_token_stride + g * v_head_stride;
+        for (int64_t j = 0; j < group; j++) axpy(o + j * Dv, scores[j * L + t], vt, Dv);
+    }
+    free(scores);
+}
+
 /* q [B, H, Dk] (contiguous), out [B, H, Dv]. Token t of sequence b lives in slot
  * tables[b * table_stride + t / bs] * bs + t % bs; its key for KV head g starts at
  * k + slot * k_token_stride + g * k_head_stride (likewise v). Query head h uses KV head h / (H / Hkv). */
@@ -212,31 +245,10 @@ void paged_decode_attention(const float *q, const float *k, const float *v, cons
     const int64_t group = H / Hkv;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t item = 0; item < B * Hkv; item++) {
-        const int64_t b = item / Hkv, g = item % Hkv, L = context_lens[b];
-        const int64_t *table = tables + b * table_stride;
-        float *scores = (float *)malloc(sizeof(float) * (size_t)(L * group));
-        if (scores == NULL) continue;
-        const float *qg = q + (b * H + g * group) * Dk;
-        for (int64_t t = 0; t < L; t++) {
-            const int64_t slot = table[t / bs] * bs + t % bs;
-            const float *kt = k + slot * k_token_stride + g * k_head_stride;
-            for (int64_t j = 0; j < group; j++) scores[j * L + t] = dot(qg + j * Dk, kt, Dk) * scale;
-        }
-        for (int64_t j = 0; j < group; j++) {
-            float *s = scores + j * L, mx = -INFINITY, total = 0.0f;
-            for (int64_t t = 0; t < L; t++) mx = s[t] > mx ? s[t] : mx;
-            for (int64_t t = 0; t < L; t++) { s[t] = expf(s[t] - mx); total += s[t]; }
-            const float inv = 1.0f / total;
-            for (int64_t t = 0; t < L; t++) s[t] *= inv;
-        }
-        float *o = out + (b * H + g * group) * Dv;
-        memset(o, 0, sizeof(float) * (size_t)(group * Dv));
-        for (int64_t t = 0; t < L; t++) {
-            const int64_t slot = table[t / bs] * bs + t % bs;
-            const float *vt = v + slot * v_token_stride + g * v_head_stride;
-            for (int64_t j = 0; j < group; j++) axpy(o + j * Dv, scores[j * L + t], vt, Dv);
-        }
-        free(scores);
+        const int64_t b = item / Hkv, g = item % Hkv;
+        attend_item(q + (b * H + g * group) * Dk, k, v, tables + b * table_stride, context_lens[b], group, g, Dk, Dv,
+                    bs, k_token_stride, k_head_stride, v_token_stride, v_head_stride, scale,
+                    out + (b * H + g * group) * Dv);
     }
 }
 
@@ -265,18 +277,21 @@ void q4_1_dequantize(const uint8_t *w, const float *d, const float *mn, int64_t 
         }
 }
 
-/* RMSNorm of rows x[M, H]: out = x * (1 / sqrt(mean(x^2) + eps)) * w, each row alone. */
-void rms_norm(const float *x, const float *w, int64_t M, int64_t H, float eps, float *out) {
-    for (int64_t m = 0; m < M; m++) {
-        const float *xr = x + m * H;
-        float *o = out + m * H;
-        const float inv = 1.0f / sqrtf(dot(xr, xr, H) / (float)H + eps);
-        int64_t i = 0;
+/* RMSNorm of one row: out = x * (1 / sqrt(mean(x^2) + eps)) * w. */
+void rms_norm_row(const float *xr, const float *w, int64_t H, float eps, float *o) {
+    const float inv = 1.0f / sqrtf(dot(xr, xr, H) / (float)H + eps);
+    int64_t i = 0;
 #ifdef __AVX2__
-        const __m256 vi = _mm256_set1_ps(inv);
-        for (; i + 8 <= H; i += 8)
-            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + i), vi), _mm256_loadu_ps(w + i)));
+    const __m256 vi = _mm256_set1_ps(inv);
+    for (; i + 8 <= H; i += 8)
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + i), vi), _mm256_loadu_ps(w + i)));
 #endif
-        for (; i < H; i++) o[i] = xr[i] * inv * w[i];
-    }
+    for (; i < H; i++) o[i] = xr[i] * inv * w[i];
+}
+
+float dot_f32(const float *a, const float *b, int64_t n) { return dot(a, b, n); }
+
+/* RMSNorm of rows x[M, H], each row alone. */
+void rms_norm(const float *x, const float *w, int64_t M, int64_t H, float eps, float *out) {
+    for (int64_t m = 0; m < M; m++) rms_norm_row(x + m * H, w, H, eps, out + m * H);
 }

@@ -1,4 +1,4 @@
-"""Builds `cpu_kernels.c` into a shared library on first use and calls it through ctypes on tensor data.
+"""Builds `cpu_kernels.c` and `llama_decode.c` into a shared library on first use and calls it through ctypes on tensor data.
 
 The library is compiled once per source and compiler flags into a cache directory (`~/.cache/recipe/kernels`), with `-O3 -march=native -fopenmp`, linked to the OpenMP runtime torch
 already loaded, so `torch.set_num_threads` sets the threads of both. Without a C compiler (or when the
@@ -20,8 +20,11 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("cpu_kernels.c")
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+SOURCES = [Path(__file__).with_name(name) for name in ("cpu_kernels.c", "llama_decode.c")]
+HEADER = Path(__file__).with_name("cpu_kernels.h")
+# -ffp-contract=off: each written multiply and add is rounded as written (no fused multiply-add the source did
+# not ask for), so element-wise code (RoPE, residuals) computes what torch computes.
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC", "-std=c11"]
 
 _I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 SIGNATURES: dict[str, list[type]] = {
@@ -33,7 +36,9 @@ SIGNATURES: dict[str, list[type]] = {
     "rms_norm": [_PTR, _PTR, _I64, _I64, _F32, _PTR],
     "paged_decode_attention": [_PTR, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _I64, _I64, _I64, _I64, _I64, _I64,
                                _I64, _I64, _I64, _F32, _PTR],
+    "llama_decode": [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR],
 }
+RESTYPES: dict[str, type | None] = {"llama_decode": ctypes.c_int}
 
 
 def cache_dir() -> Path:
@@ -41,7 +46,8 @@ def cache_dir() -> Path:
 
 
 def _library_path() -> Path:
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + sys.platform.encode()).hexdigest()[:16]
+    text = b"".join(p.read_bytes() for p in (*SOURCES, HEADER))
+    key = hashlib.sha256(text + " ".join(FLAGS).encode() + sys.platform.encode()).hexdigest()[:16]
     return cache_dir() / f"cpu_kernels-{key}.so"
 
 
@@ -57,7 +63,7 @@ def build() -> Path | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             out = Path(tmp) / path.name
-            done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(out), "-lm"], capture_output=True)
+            done = subprocess.run([compiler, *FLAGS, *map(str, SOURCES), "-o", str(out), "-lm"], capture_output=True)
             if done.returncode != 0:
                 return None
             os.replace(out, path)  # atomic: concurrent builders never load a half-written file
@@ -76,7 +82,7 @@ def library() -> ctypes.CDLL | None:
     for name, args in SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes = args
-        fn.restype = None
+        fn.restype = RESTYPES.get(name)
     return lib
 
 

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from recipe.engine.kv_cache import CacheSpec
+from recipe.engine.context import get_context
+from recipe.engine.kernels.fused_llama import FusedLlamaDecoder
+from recipe.engine.kv_cache import CacheSpec, KVCache
 from recipe.engine.layers.attention import PagedAttention
 from recipe.engine.layers.gated_mlp import GatedMLP
 from recipe.engine.layers.rmsnorm import RMSNorm
@@ -95,12 +97,38 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaForCausalLM(DecoderLM):
-    """forward(input_ids [N], positions [N]) -> hidden [N, H] under the runner's attention context."""
+    """forward(input_ids [N], positions [N]) -> hidden [N, H] under the runner's attention context.
+
+    With `decode_backend = "fused"` (set by the model runner from `EngineConfig.decode_backend`), a decode-only
+    step runs all layers in one native call (`engine/kernels/fused_llama.py`) where that applies; every other
+    step, and every model it cannot read, takes the layered path."""
 
     def __init__(self, c: LlamaConfig) -> None:
         self.config = c
         super().__init__(c.vocab_size, c.hidden_size, c.rms_norm_eps, c.tie_word_embeddings,
                          (LlamaDecoderLayer(c) for _ in range(c.num_layers)))
+        self.decode_backend = "layers"
+        self._fused: FusedLlamaDecoder | bool | None = False  # False: not built yet; None: does not apply
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if self.decode_backend == "fused":
+            ctx = get_context()
+            if ctx.is_decode_only:
+                if self._fused is False:
+                    self._fused = FusedLlamaDecoder.build(self)
+                if isinstance(self._fused, FusedLlamaDecoder):
+                    x = self.embed_tokens(input_ids)
+                    cos, sin = self.rotary.cos_sin(positions, x.dtype)
+                    return self._fused(x, cos, sin, ctx)
+        return super().forward(input_ids, positions)
+
+    def bind_kv_cache(self, cache: KVCache) -> None:
+        super().bind_kv_cache(cache)
+        self._fused = False  # the descriptors point at the cache: rebuilt on the next fused step
+
+    def quantize_weights(self, weight_format: str) -> int:
+        self._fused = False
+        return super().quantize_weights(weight_format)
 
     def make_rotary(self) -> RotaryEmbedding:
         c = self.config

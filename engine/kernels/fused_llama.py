@@ -1,0 +1,117 @@
+"""The fused decode step of the Llama family (`EngineConfig.decode_backend = "fused"`): a decode-only step runs
+every decoder layer and the final norm in one native call (`llama_decode` in `llama_decode.c`), so Python issues a
+handful of calls per step instead of a dozen torch ops per layer.
+
+It computes what the layered path computes with `attention_backend="native"` and `norm_backend="native"`, in the
+same order: the q8_0/q4_1 products, RMSNorm, RoPE, the KV write and the attention are the same kernels (or the
+same element-wise operations) on the same values; SiLU uses the C library's `expf` where torch uses its own
+vectorised exp, and fp32 products sum in another order than torch's matmul, so logits agree to rounding, not bit
+for bit (tests/engine/kernels/test_fused_decode.py states the tolerances). Each row is computed alone, so a
+row's result does not depend on the rest of the batch.
+
+`FusedLlamaDecoder.build(model)` is None where the fused step does not apply: no native library, weights,
+norms or KV cache not fp32, a linear in another format (int8/int4 on torch's kernels), or a layout it does not
+read (non-contiguous tensors, odd head_dim). The caller then keeps the layered path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import torch
+from recipe.engine.context import AttentionContext
+from recipe.engine.kernels.native import library
+from recipe.engine.layers.block_quant_linear import Q4_1Linear, Q8_0Linear
+from torch import nn
+
+_I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+
+
+class _Linear(ctypes.Structure):
+    _fields_ = [("fmt", _I64), ("n", _I64), ("k", _I64), ("w", _PTR), ("d", _PTR), ("m", _PTR), ("bias", _PTR)]
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [("ln1", _PTR), ("ln2", _PTR), ("qkv", _Linear), ("o", _Linear), ("gate_up", _Linear),
+                ("down", _Linear), ("k", _PTR), ("v", _PTR)]
+
+
+class _Model(ctypes.Structure):
+    _fields_ = [("num_layers", _I64), ("hidden", _I64), ("heads", _I64), ("kv_heads", _I64), ("head_dim", _I64),
+                ("inter", _I64), ("block_size", _I64), ("eps", _F32), ("scale", _F32),
+                ("layers", ctypes.POINTER(_Layer)), ("final_norm", _PTR)]
+
+
+def _fp32(t: torch.Tensor | None) -> bool:
+    return t is not None and t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
+
+
+def _linear(module: nn.Module) -> _Linear | None:
+    """The kernel's view of one linear (its tensors stay owned by the module), or None if it cannot read it."""
+    bias = getattr(module, "bias", None)
+    if bias is not None and not _fp32(bias):
+        return None
+    b = None if bias is None else bias.data_ptr()
+    if isinstance(module, Q8_0Linear):
+        return _Linear(1, module.out_features, module.in_features, module.qweight.data_ptr(), module.d.data_ptr(),
+                       None, b)
+    if isinstance(module, Q4_1Linear):
+        return _Linear(2, module.out_features, module.in_features, module.packed.data_ptr(), module.d.data_ptr(),
+                       module.m.data_ptr(), b)
+    if type(module) is nn.Linear and _fp32(module.weight):
+        return _Linear(0, module.out_features, module.in_features, module.weight.data_ptr(), None, None, b)
+    return None
+
+
+class FusedLlamaDecoder:
+    """The native descriptors of one Llama model bound to its KV cache; call it on a decode-only step."""
+
+    def __init__(self, model: _Model, layers: Any, lib: ctypes.CDLL, hidden: int) -> None:
+        self._model, self._layers, self._lib, self.hidden = model, layers, lib, hidden
+
+    @classmethod
+    def build(cls, model: Any) -> FusedLlamaDecoder | None:
+        """Descriptors for `model` (a `LlamaForCausalLM` with a bound KV cache), or None where it does not apply."""
+        lib = library()
+        c = model.config
+        if lib is None or c.head_dim % 2 or model.rotary.interleaved or not _fp32(model.embed_tokens.weight):
+            return None
+        if not _fp32(model.norm.weight) or model.norm.eps != c.rms_norm_eps:
+            return None
+        layers = model.decoder_layers()
+        if len(layers) != len(model.layers) or not layers:
+            return None
+        descs = []
+        for layer in layers:
+            a, mlp = layer.self_attn, layer.mlp
+            attn = a.attn
+            norms = (layer.input_layernorm, layer.post_attention_layernorm)
+            linears = [_linear(m) for m in (a.qkv, a.o_proj, mlp.gate_up, mlp.down)]
+            if (any(lin is None for lin in linears) or attn.k_cache is None or attn.v_cache is None
+                    or not all(_fp32(n.weight) and n.eps == c.rms_norm_eps for n in norms)
+                    or not (_fp32(attn.k_cache) and _fp32(attn.v_cache)) or attn.scale != c.head_dim**-0.5):
+                return None
+            descs.append(_Layer(norms[0].weight.data_ptr(), norms[1].weight.data_ptr(), *linears,
+                                attn.k_cache.data_ptr(), attn.v_cache.data_ptr()))
+        array = (_Layer * len(descs))(*descs)
+        block_size = layers[0].self_attn.attn.k_cache.shape[1]
+        desc = _Model(len(descs), c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
+                      block_size, c.rms_norm_eps, c.head_dim**-0.5, array, model.norm.weight.data_ptr())
+        return cls(desc, array, lib, c.hidden_size)
+
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        """x [B, hidden] (the step's embeddings; consumed), cos/sin [B, 1, head_dim / 2] -> final hidden [B, hidden]
+        (after the final norm). Every row is one decode token; ctx's block size must be the cache's."""
+        b = x.shape[0]
+        assert ctx.block_size == self._model.block_size and ctx.slot_mapping.shape[0] == b
+        x = x.contiguous()
+        cos, sin = cos.reshape(b, -1).contiguous(), sin.reshape(b, -1).contiguous()
+        tables, lens, slots = ctx.block_tables.contiguous(), ctx.context_lens.contiguous(), ctx.slot_mapping.contiguous()
+        out = torch.empty_like(x)
+        status = self._lib.llama_decode(ctypes.addressof(self._model), b, x.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                                        slots.data_ptr(), tables.data_ptr(), tables.shape[1], lens.data_ptr(),
+                                        out.data_ptr())
+        if status != 0:
+            raise MemoryError("fused decode step: the native kernel could not allocate its scratch memory")
+        return out

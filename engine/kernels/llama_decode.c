@@ -1,0 +1,197 @@
+/* The fused decode step of a Llama-family model (engine/kernels/fused_llama.py): every decoder layer of a
+ * decode-only batch in one call, inside one OpenMP parallel region, so that Python issues one call per step
+ * instead of a dozen torch ops per layer.
+ *
+ * Per layer, for B rows of one new token each (the reference path's order of operations):
+ *   h = rmsnorm(x, ln1); qkv = h @ Wqkv^T (+ b); RoPE (half-split) on the q and k heads; k, v written to the
+ *   token's slot of the paged cache; attention of each row over its context read in place through its block
+ *   table; x = x + att @ Wo^T (+ b); h = rmsnorm(x, ln2); [g, u] = h @ Wgu^T (+ b);
+ *   x = x + (silu(g) * u) @ Wdown^T (+ b).
+ * then the final norm. Linears are fp32, q8_0 or q4_1 (the q formats round activations to Q8_0 blocks, as
+ * `quant_matmul` does). Every output element is computed by the same operations whatever B is and whichever
+ * thread runs it, so a row's result never depends on the rest of the batch. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
+#include "cpu_kernels.h"
+
+enum { FMT_F32 = 0, FMT_Q8_0 = 1, FMT_Q4_1 = 2 };
+
+typedef struct {
+    int64_t fmt, n, k;  /* y[M, n] = x[M, k] @ W^T */
+    const void *w;      /* fp32 [n, k] | int8 [n, k] (q8_0) | packed uint8 [n, k / 2] (q4_1) */
+    const float *d;     /* q formats: scale per block of 32 [n, k / 32] */
+    const float *m;     /* q4_1: minimum per block [n, k / 32] */
+    const float *bias;  /* [n] or NULL */
+} RLinear;
+
+typedef struct {
+    const float *ln1, *ln2;
+    RLinear qkv, o, gate_up, down;
+    float *k, *v;  /* this layer's caches, [num_blocks * block_size, kv_heads, head_dim] */
+} RLayer;
+
+typedef struct {
+    int64_t num_layers, hidden, heads, kv_heads, head_dim, inter, block_size;
+    float eps, scale;
+    const RLayer *layers;
+    const float *final_norm;  /* NULL: the output is the last layer's residual stream */
+} RModel;
+
+/* y[m, n .. n + 3] of fp32 weight rows n..n+3 (fewer at the end): one accumulator per output, blocks in order. */
+static void f32_group(int64_t n, int64_t M, int64_t K, int64_t N, const float *w, const float *x, float *y) {
+    const int64_t nr = N - n < 4 ? N - n : 4;
+    const float *w0 = w + n * K;
+    for (int64_t m = 0; m < M; m++) {
+        const float *xm = x + m * K;
+        if (nr < 4) {
+            for (int64_t r = 0; r < nr; r++) y[m * N + n + r] = dot_f32(w0 + r * K, xm, K);
+            continue;
+        }
+        int64_t i = 0;
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#ifdef __AVX512F__
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+        for (; i + 16 <= K; i += 16) {
+            const __m512 xv = _mm512_loadu_ps(xm + i);
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + i), xv, a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + K + i), xv, a1);
+            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + 2 * K + i), xv, a2);
+            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + 3 * K + i), xv, a3);
+        }
+        s[0] = _mm512_reduce_add_ps(a0);
+        s[1] = _mm512_reduce_add_ps(a1);
+        s[2] = _mm512_reduce_add_ps(a2);
+        s[3] = _mm512_reduce_add_ps(a3);
+#elif defined(__AVX2__)
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        for (; i + 8 <= K; i += 8) {
+            const __m256 xv = _mm256_loadu_ps(xm + i);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i), xv, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + K + i), xv, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + 2 * K + i), xv, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + 3 * K + i), xv, a3);
+        }
+        s[0] = dot_f32((const float *)&a0, (const float[8]){1, 1, 1, 1, 1, 1, 1, 1}, 8);
+        s[1] = dot_f32((const float *)&a1, (const float[8]){1, 1, 1, 1, 1, 1, 1, 1}, 8);
+        s[2] = dot_f32((const float *)&a2, (const float[8]){1, 1, 1, 1, 1, 1, 1, 1}, 8);
+        s[3] = dot_f32((const float *)&a3, (const float[8]){1, 1, 1, 1, 1, 1, 1, 1}, 8);
+#endif
+        for (; i < K; i++)
+            for (int r = 0; r < 4; r++) s[r] += w0[r * K + i] * xm[i];
+        for (int r = 0; r < 4; r++) y[m * N + n + r] = s[r];
+    }
+}
+
+/* y = x @ W^T (+ bias) for M rows, work-shared by the threads of the enclosing parallel region (all of them
+ * must call it). xq/dx/xs: scratch for the activations' Q8_0 blocks, M * k bytes / M * k / 32 entries. */
+static void linear(const RLinear *L, const float *x, int64_t M, float *y, int8_t *xq, float *dx, int32_t *xs) {
+    const int64_t K = L->k, N = L->n, nb = K / QK, groups = (N + 3) / 4;
+    if (L->fmt != FMT_F32) {
+#pragma omp for schedule(static)
+        for (int64_t m = 0; m < M; m++) quantize_rows(x + m * K, 1, K, xq + m * K, dx + m * nb, xs + m * nb);
+    }
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t g = 0; g < groups; g++) {
+        if (L->fmt == FMT_F32) f32_group(g * 4, M, K, N, (const float *)L->w, x, y);
+        else if (L->fmt == FMT_Q8_0) quant_group(g * 4, M, K, N, (const int8_t *)L->w, NULL, L->d, NULL, xq, dx, xs, y);
+        else quant_group(g * 4, M, K, N, NULL, (const uint8_t *)L->w, L->d, L->m, xq, dx, xs, y);
+    }
+    if (L->bias != NULL) {
+#pragma omp for schedule(static)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t j = 0; j < N; j++) y[m * N + j] = y[m * N + j] + L->bias[j];
+    }
+}
+
+/* Half-split rotation of one head: (a, b) = (x[i], x[i + D/2]) -> (a c - b s, b c + a s). */
+static void rope_head(float *x, const float *c, const float *s, int64_t half) {
+    for (int64_t i = 0; i < half; i++) {
+        const float a = x[i], b = x[i + half];
+        const float ac = a * c[i], bs = b * s[i], bc = b * c[i], as = a * s[i];
+        x[i] = ac - bs;
+        x[i + half] = bc + as;
+    }
+}
+
+/* One decode step of B rows through every layer. x [B, hidden] (the embeddings; overwritten by the residual
+ * stream), cos/sin [B, head_dim / 2], slots [B] (where each row's new K/V goes), tables [B, table_stride]
+ * (block ids), context_lens [B] (this token included), out [B, hidden]. Returns 0, or -1 when scratch memory
+ * could not be had (nothing was written to the cache then). */
+int llama_decode(const RModel *md, int64_t B, float *x, const float *cos, const float *sin, const int64_t *slots,
+                 const int64_t *tables, int64_t table_stride, const int64_t *context_lens, float *out) {
+    const int64_t H = md->hidden, D = md->head_dim, nh = md->heads, nkv = md->kv_heads, I = md->inter;
+    const int64_t qn = nh * D, kvn = nkv * D, qkvn = qn + 2 * kvn, half = D / 2, group = nh / nkv;
+    const int64_t widest = H > qn ? (H > I ? H : I) : (qn > I ? qn : I);
+    float *h = malloc(sizeof(float) * (size_t)(B * H)), *tmp = malloc(sizeof(float) * (size_t)(B * H));
+    float *qkv = malloc(sizeof(float) * (size_t)(B * qkvn)), *att = malloc(sizeof(float) * (size_t)(B * qn));
+    float *gu = malloc(sizeof(float) * (size_t)(B * 2 * I)), *act = malloc(sizeof(float) * (size_t)(B * I));
+    int8_t *xq = malloc((size_t)(B * widest));
+    float *dx = malloc(sizeof(float) * (size_t)(B * (widest / QK + 1)));
+    int32_t *xs = malloc(sizeof(int32_t) * (size_t)(B * (widest / QK + 1)));
+    int status = 0;
+    if (!h || !tmp || !qkv || !att || !gu || !act || !xq || !dx || !xs) {
+        status = -1;
+        goto done;
+    }
+#pragma omp parallel
+    {
+        for (int64_t l = 0; l < md->num_layers; l++) {
+            const RLayer *ly = md->layers + l;
+#pragma omp for schedule(static)
+            for (int64_t b = 0; b < B; b++) rms_norm_row(x + b * H, ly->ln1, H, md->eps, h + b * H);
+            linear(&ly->qkv, h, B, qkv, xq, dx, xs);
+#pragma omp for schedule(static)
+            for (int64_t b = 0; b < B; b++) {
+                float *row = qkv + b * qkvn;
+                for (int64_t j = 0; j < nh + nkv; j++) rope_head(row + j * D, cos + b * half, sin + b * half, half);
+                memcpy(ly->k + slots[b] * kvn, row + qn, sizeof(float) * (size_t)kvn);
+                memcpy(ly->v + slots[b] * kvn, row + qn + kvn, sizeof(float) * (size_t)kvn);
+            }
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t item = 0; item < B * nkv; item++) {
+                const int64_t b = item / nkv, g = item % nkv;
+                attend_item(qkv + b * qkvn + g * group * D, ly->k, ly->v, tables + b * table_stride, context_lens[b],
+                            group, g, D, D, md->block_size, kvn, D, kvn, D, md->scale, att + b * qn + g * group * D);
+            }
+            linear(&ly->o, att, B, tmp, xq, dx, xs);
+#pragma omp for schedule(static)
+            for (int64_t b = 0; b < B; b++) {
+                for (int64_t j = 0; j < H; j++) x[b * H + j] = x[b * H + j] + tmp[b * H + j];
+                rms_norm_row(x + b * H, ly->ln2, H, md->eps, h + b * H);
+            }
+            linear(&ly->gate_up, h, B, gu, xq, dx, xs);
+#pragma omp for schedule(static)
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t j = 0; j < I; j++) {
+                    const float g = gu[b * 2 * I + j], silu = g / (1.0f + expf(-g));
+                    act[b * I + j] = silu * gu[b * 2 * I + I + j];
+                }
+            linear(&ly->down, act, B, tmp, xq, dx, xs);
+#pragma omp for schedule(static)
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t j = 0; j < H; j++) x[b * H + j] = x[b * H + j] + tmp[b * H + j];
+        }
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < B; b++) {
+            if (md->final_norm != NULL) rms_norm_row(x + b * H, md->final_norm, H, md->eps, out + b * H);
+            else memcpy(out + b * H, x + b * H, sizeof(float) * (size_t)H);
+        }
+    }
+done:
+    free(h);
+    free(tmp);
+    free(qkv);
+    free(att);
+    free(gu);
+    free(act);
+    free(xq);
+    free(dx);
+    free(xs);
+    return status;
+}

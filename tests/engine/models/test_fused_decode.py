@@ -1,0 +1,148 @@
+"""The fused decode step (`decode_backend="fused"`, engine/kernels/fused_llama.py) equals the layered path it
+replaces (native attention and RMSNorm, same weight format).
+
+Tolerances, and why they are not zero:
+- fp32 weights: the fused kernel sums each matrix product in its own order (torch's matmul uses another), and
+  SiLU uses the C library's expf (torch its own vectorised exp): logits within 1e-4.
+- q8_0 / q4_1: the products, norms, RoPE and attention are the same kernels on the same values; but the
+  activations are rounded to Q8_0 blocks before each product, so a one-ulp SiLU difference can move one
+  activation by one quantisation step (|x|max / 127 of its block), which then stays in that sequence's KV.
+  Logits agree within 0.1 (a few quantisation steps of these models' activations), and greedy tokens agree.
+A row's result never depends on the rest of the batch: bit for bit, alone or batched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from model_driver import PagedDriver
+from recipe.engine import LLM, SamplingParams
+from recipe.engine.config import EngineConfig
+from recipe.engine.kernels.fused_llama import FusedLlamaDecoder
+from recipe.engine.kernels.native import library
+from recipe.engine.layers.rmsnorm import RMSNorm
+from recipe.engine.models.registry import load_model
+
+pytestmark = pytest.mark.skipif(library() is None, reason="no C compiler: the fused step cannot be built")
+
+PROMPT = [5, 17, 42, 99, 3, 250, 7, 7, 128, 64, 33, 200, 11]
+TOLERANCE = {"dtype": 1e-4, "q8_0": 0.1, "q4_1": 0.1}
+
+
+def _model(path: Path, fmt: str, backend: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    model, _ = load_model(path, dtype=dtype)
+    if fmt != "dtype":
+        model.quantize_weights(fmt)
+    for m in model.modules():
+        if isinstance(m, RMSNorm):
+            m.backend = "native"
+    model.decode_backend = backend
+    return model
+
+
+def _steps(drv: PagedDriver) -> list[torch.Tensor]:
+    """Prefills and mixed steps (layered either way) between decode-only steps of varied context lengths."""
+    out = [drv.step([(0, PROMPT)]), drv.step([(1, PROMPT[:5])]), drv.step([(2, PROMPT[3:4])])]
+    for t in range(5):
+        out.append(drv.step([(0, [10 + t]), (1, [40 + t]), (2, [90 + t])]))
+    out.append(drv.step([(1, [3]), (3, PROMPT[:9]), (0, [160])]))
+    for t in range(4):
+        out.append(drv.step([(3, [7 + t]), (2, [200 + t]), (0, [t]), (1, [250 - t])]))
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["dtype", "q8_0", "q4_1"])
+@pytest.mark.parametrize("fixture", ["tiny_llama_dir", "tiny_llama_variant_dir"])
+def test_fused_decode_equals_the_layered_path(fixture: str, fmt: str, request: pytest.FixtureRequest) -> None:
+    path = request.getfixturevalue(fixture)
+    runs = []
+    for backend in ("layers", "fused"):
+        model = _model(path, fmt, backend)
+        drv = PagedDriver(model, num_seqs=4, max_len=48, shuffle_seed=3, attention_backend="native")
+        runs.append(_steps(drv))
+        assert isinstance(model._fused, FusedLlamaDecoder) == (backend == "fused")
+    for ref, got in zip(*runs, strict=True):
+        torch.testing.assert_close(got, ref, atol=TOLERANCE[fmt], rtol=0)
+        assert torch.equal(got.argmax(-1), ref.argmax(-1))
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10**6), block=st.sampled_from([1, 4, 16]), fmt=st.sampled_from(["dtype", "q8_0", "q4_1"]),
+       lens=st.lists(st.integers(1, 30), min_size=1, max_size=6))
+def test_fused_rows_equal_the_layered_path_and_ignore_the_batch(tiny_llama_dir: Path, seed: int, block: int, fmt: str,
+                                                                lens: list[int]) -> None:
+    """Random prompt lengths, batch sizes and scattered block tables: the decode step's logits match the layered
+    path, and each row's fused logits are bit-identical to the same row decoded alone."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(3, 256, (n,), generator=g).tolist() for n in lens]
+    nxt = torch.randint(3, 256, (len(lens),), generator=g).tolist()
+    got = {}
+    for backend in ("layers", "fused"):
+        model = _model(tiny_llama_dir, fmt, backend)
+        drv = PagedDriver(model, num_seqs=len(lens), max_len=32, block_size=block, shuffle_seed=seed,
+                          attention_backend="native")
+        for i, p in enumerate(prompts):
+            drv.step([(i, p)])
+        if backend == "layers":
+            got[backend] = drv.step([(i, [t]) for i, t in enumerate(nxt)])
+            continue
+        # compare final hidden states bit for bit (torch's LM-head matmul may round differently per batch size)
+        model.compute_logits = lambda h: h  # type: ignore[method-assign]
+        hidden = drv.step([(i, [t]) for i, t in enumerate(nxt)])
+        for i, t in enumerate(nxt):  # the same row again, alone (its KV slot is rewritten with equal values)
+            drv.lens[i] -= 1
+            assert torch.equal(drv.step([(i, [t])])[0], hidden[i])
+        with torch.inference_mode():
+            got[backend] = type(model).compute_logits(model, hidden)
+    torch.testing.assert_close(got["fused"], got["layers"], atol=TOLERANCE[fmt], rtol=0)
+
+
+@pytest.mark.parametrize("fmt", ["dtype", "q8_0", "q4_1"])
+def test_engine_greedy_tokens_equal_with_the_fused_step_on_and_off(tiny_llama_dir: Path, fmt: str) -> None:
+    """Continuous batching: more prompts than sequences per step, a small token budget (chunked prefills beside
+    decodes), prompts of different lengths."""
+    prompts = [PROMPT, PROMPT[:7], [9, 8, 7, 6, 5, 4, 3, 2, 1, 250, 251], PROMPT[4:], [77] * 5, PROMPT[::-1]]
+    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True, logprobs=1)
+    config = {"dtype": "float32", "num_threads": 1, "num_kv_blocks": 64, "block_size": 4, "max_num_seqs": 3,
+              "max_num_batched_tokens": 8, "weight_format": fmt, "attention_backend": "native",
+              "norm_backend": "native"}
+    runs = []
+    for backend in ("layers", "fused"):
+        llm = LLM(str(tiny_llama_dir), decode_backend=backend, **config)
+        runs.append(llm.generate(prompts, params))
+        llm.shutdown()
+    ref, got = runs
+    assert [o.new_token_ids for o in got] == [o.new_token_ids for o in ref]
+    for a, b in zip(got, ref, strict=True):
+        assert a.new_logprobs is not None and b.new_logprobs is not None
+        for x, y in zip(a.new_logprobs, b.new_logprobs, strict=True):
+            assert x is not None and y is not None
+            assert x[0] == pytest.approx(y[0], abs=TOLERANCE[fmt])
+
+
+def test_where_the_fused_step_does_not_apply_the_layered_path_runs(tiny_llama_dir: Path, tiny_deepseek_dir: Path) -> None:
+    """fp64, torch's int8 weights: no fused step (the outputs are the layered path's, bit for bit); a DeepSeek
+    model ignores the option."""
+    for dtype, fmt in ((torch.float64, "dtype"), (torch.float32, "int8")):
+        runs = []
+        for backend in ("layers", "fused"):
+            model = _model(tiny_llama_dir, fmt, backend, dtype)
+            drv = PagedDriver(model, num_seqs=4, max_len=48, cache_dtype=dtype, shuffle_seed=5,
+                              attention_backend="native")
+            runs.append(_steps(drv))
+            assert model._fused is None or backend == "layers"
+        for ref, got in zip(*runs, strict=True):
+            assert torch.equal(got, ref)
+    llm = LLM(str(tiny_deepseek_dir), dtype="float32", num_threads=1, num_kv_blocks=32, block_size=4,
+              decode_backend="fused")
+    assert len(llm.generate([PROMPT], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))[0].new_token_ids) == 4
+    llm.shutdown()
+
+
+def test_decode_backend_is_checked() -> None:
+    with pytest.raises(ValueError, match="decode_backend must be 'layers' or 'fused'"):
+        EngineConfig(model="m", decode_backend="fast")
