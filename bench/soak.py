@@ -58,7 +58,7 @@ def scenario(rnd: random.Random) -> tuple[str, str, dict[str, Any], bool]:
     chat = {"model": MODEL, "messages": [{"role": "user", "content": p}], "max_tokens": n_tok}
     kind = rnd.choice(["chat", "chat_stream", "chat_n2", "chat_tools", "chat_json", "chat_regex", "messages",
                        "messages_stream", "messages_tools", "responses", "responses_stream", "responses_chain",
-                       "disconnect"])
+                       "responses_json", "disconnect"])
     if kind == "chat":
         return kind, "/v1/chat/completions", chat, False
     if kind == "chat_stream":
@@ -85,8 +85,16 @@ def scenario(rnd: random.Random) -> tuple[str, str, dict[str, Any], bool]:
         return kind, "/v1/responses", resp, False
     if kind == "responses_stream":
         return kind, "/v1/responses", {**resp, "stream": True}, False
+    if kind == "responses_json":
+        fmt = {"format": {"type": "json_schema", "name": "a", "schema": SCHEMA, "strict": True}}
+        return kind, "/v1/responses", {**resp, "text": fmt, "max_output_tokens": 32}, False
     if kind == "responses_chain":
         return kind, "/v1/responses", resp, False  # the worker continues it with previous_response_id
+    which = rnd.choice(["chat", "messages", "responses"])  # a disconnect mid-stream, on any of the three APIs
+    if which == "messages":
+        return kind, "/v1/messages", {**msgs, "stream": True, "max_tokens": 200}, True
+    if which == "responses":
+        return kind, "/v1/responses", {**resp, "stream": True, "max_output_tokens": 200}, True
     return kind, "/v1/chat/completions", {**chat, "stream": True, "max_tokens": 200}, True
 
 
@@ -161,7 +169,8 @@ def metric(text: str, name: str) -> float:
 def sample(base: str, pid: int) -> dict[str, float]:
     text = httpx.get(base + "/metrics", timeout=30).text
     return {"t": time.time(), "rss_mib": rss_kib(pid) / 1024, "fds": len(list(Path(f"/proc/{pid}/fd").iterdir())),
-            "kv_usage": metric(text, "kv_cache_usage_perc"), "running": metric(text, "num_requests_running"),
+            "kv_usage": metric(text, "kv_cache_usage_perc"), "kv_blocks": metric(text, "kv_cache_blocks_used"),
+            "running": metric(text, "num_requests_running"),
             "waiting": metric(text, "num_requests_waiting")}
 
 
@@ -172,7 +181,7 @@ def plot(windows: list[dict[str, Any]], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     t = [w["t_min"] for w in windows]
-    fig, ax = plt.subplots(4, 1, figsize=(9, 11), sharex=True)
+    fig, ax = plt.subplots(5, 1, figsize=(9, 13), sharex=True)
     ax[0].plot(t, [w["throughput_rps"] for w in windows])
     ax[0].set_ylabel("requests/s")
     ax[1].plot(t, [w["p50_s"] for w in windows], label="p50")
@@ -183,7 +192,9 @@ def plot(windows: list[dict[str, Any]], path: Path, title: str) -> None:
     ax[2].set_ylabel("server RSS (MiB)")
     ax[3].plot(t, [w["fds"] for w in windows])
     ax[3].set_ylabel("open fds")
-    ax[3].set_xlabel("minutes")
+    ax[4].plot(t, [w["kv_blocks_used"] for w in windows])
+    ax[4].set_ylabel("KV blocks used")
+    ax[4].set_xlabel("minutes")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -231,7 +242,7 @@ def main() -> int:
             samples.append(sample(base, proc.pid))
             s = samples[-1]
             print(f"{(s['t'] - t0) / 60:5.1f} min: {len(res.done)} ok, {len(res.errors)} errors, "
-                  f"{res.disconnects} disconnects, RSS {s['rss_mib']:.0f} MiB, fds {s['fds']}, KV {s['kv_usage']:.3f}",
+                  f"{res.disconnects} disconnects, RSS {s['rss_mib']:.0f} MiB, fds {s['fds']}, KV blocks {s['kv_blocks']:.0f}",
                   flush=True)
         stop.set()
         for th in threads:
@@ -261,7 +272,8 @@ def main() -> int:
         windows.append({"t_min": round((b["t"] - t0) / 60, 2), "requests": len(lat),
                         "throughput_rps": round(len(lat) / (b["t"] - a["t"]), 3),
                         "p50_s": round(qs[49], 3), "p99_s": round(qs[98], 3),
-                        "rss_mib": round(b["rss_mib"], 1), "fds": b["fds"], "kv_usage": b["kv_usage"]})
+                        "rss_mib": round(b["rss_mib"], 1), "fds": b["fds"], "kv_usage": b["kv_usage"],
+                        "kv_blocks_used": b["kv_blocks"]})
     warmup = args.warmup if args.warmup is not None else 0.1 * args.duration
     after = [s for s in samples if s["t"] - t0 >= warmup] or samples
     all_lat = [x[1] for x in res.done]
@@ -275,7 +287,7 @@ def main() -> int:
         "rss_mib_after_warmup": round(after[0]["rss_mib"], 1), "rss_mib_end": round(final["rss_mib"], 1),
         "rss_growth_after_warmup": round(final["rss_mib"] / after[0]["rss_mib"] - 1, 4),
         "fds_start": samples[0]["fds"], "fds_end": final["fds"],
-        "kv_usage_at_idle": final["kv_usage"], "kv_blocks_leaked": "0" if final["kv_usage"] == 0 else "> 0",
+        "kv_usage_at_idle": final["kv_usage"], "kv_blocks_leaked": int(final["kv_blocks"]),
         "running_at_end": final["running"], "waiting_at_end": final["waiting"], "healthy_after": healthy,
         "tracebacks_in_server_log": log.count("Traceback"), "windows": windows,
         "by_scenario": {k: sum(1 for x in res.done if x[2] == k) for k in sorted({x[2] for x in res.done})},
@@ -285,7 +297,10 @@ def main() -> int:
                                     f"{args.concurrency} clients)")
     print(json.dumps({k: v for k, v in summary.items() if k != "windows"}, indent=1))
     print(f"wrote {out / 'soak.json'} and {out / 'soak.png'}")
-    return 0 if not res.errors and final["kv_usage"] == 0 and healthy else 1
+    ok = (not res.errors and final["kv_blocks"] == 0 and healthy and summary["rss_growth_after_warmup"] < 0.05
+          and summary["tracebacks_in_server_log"] == 0)
+    print("goals (0 errors, 0 leaked blocks, RSS growth < 5% after warm-up, healthy):", "met" if ok else "NOT met")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -94,6 +94,7 @@ class BackendStats:
     running: int = 0
     waiting: int = 0
     kv_usage: float = 0.0
+    kv_blocks_used: int = 0  # KV blocks held by live sequences (0 once idle: more is a leak)
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
     restored_tokens: int = 0  # of the hits, prompt tokens restored from the lower KV tiers

@@ -46,6 +46,7 @@ class ServerConfig:
     constraint_compile_timeout_s: float = 10.0  # an output constraint compiling longer is a 400
     stream_stall_timeout_s: float = 30.0  # a stream whose client reads nothing this long is aborted
     header_timeout_s: float = 10.0  # a connection must finish sending its request headers within this
+    body_timeout_s: float = 60.0  # ... and its request body within this after the headers (408 past it)
     kv_retention_by_api: tuple[tuple[str, str], ...] = ()  # (api, retention class): see kv_retention.py
     kv_retention_by_key: tuple[tuple[str, str], ...] = ()  # (API key, retention class)
 
@@ -56,7 +57,8 @@ class ServerConfig:
             raise ValueError("max_pending_requests must be positive")
         if self.request_timeout_s <= 0:
             raise ValueError("request_timeout_s must be positive")
-        if min(self.constraint_compile_timeout_s, self.stream_stall_timeout_s, self.header_timeout_s) <= 0:
+        if min(self.constraint_compile_timeout_s, self.stream_stall_timeout_s, self.header_timeout_s,
+               self.body_timeout_s) <= 0:
             raise ValueError("timeouts must be positive")
         if any(not k for k in self.api_keys):
             raise ValueError("an API key must not be empty")

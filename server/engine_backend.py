@@ -112,6 +112,8 @@ class EngineBackend:
             running=int(_get(s, "running", "num_running", default=0)),
             waiting=int(_get(s, "waiting", "num_waiting", default=0)),
             kv_usage=float(_get(s, "kv_usage", "kv_cache_usage", default=0.0)),
+            kv_blocks_used=round(float(_get(s, "kv_usage", "kv_cache_usage", default=0.0))
+                                 * int(_get(s, "num_kv_blocks", default=0))),
             prefix_cache_queries=int(_get(s, "prefix_cache_queries", default=0)),
             prefix_cache_hits=int(_get(s, "prefix_cache_hits", default=0)),
             restored_tokens=int(_get(s, "restored_tokens", default=0)),

@@ -22,6 +22,7 @@ _KINDS: dict[int, tuple[str, str | None, str]] = {
     403: ("invalid_request_error", "permission_denied", "permission_error"),
     404: ("invalid_request_error", "not_found", "not_found_error"),
     405: ("invalid_request_error", "method_not_allowed", "invalid_request_error"),
+    408: ("invalid_request_error", "request_timeout", "timeout_error"),
     413: ("invalid_request_error", "request_too_large", "request_too_large"),
     431: ("invalid_request_error", "request_headers_too_large", "request_too_large"),
     429: ("rate_limit_error", "rate_limit_exceeded", "rate_limit_error"),

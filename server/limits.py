@@ -1,7 +1,9 @@
-"""Request limits: the body size (also for chunked uploads) and how many requests may be pending at once."""
+"""Request limits: the body size (also for chunked uploads), the time the body may take to arrive, and how
+many requests may be pending at once."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from recipe.server.errors import ApiError
@@ -9,16 +11,27 @@ from recipe.server.request_guard import body_too_large
 from starlette.requests import Request
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole request body, or 413 as soon as it grows past `limit` bytes."""
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The whole request body; 413 as soon as it grows past `limit` bytes, 408 (and the connection closed)
+    when it has not all arrived `timeout_s` after the headers: a client trickling its body, or one that
+    vanished mid-body leaving a half-open connection, holds a connection and a worker no longer than that."""
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise body_too_large(limit)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise body_too_large(limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise body_timeout(timeout_s) from None
     return b"".join(chunks)
+
+
+def body_timeout(timeout_s: float) -> ApiError:
+    return ApiError(408, f"The request body did not arrive within the server's limit of {timeout_s:g} s.",
+                    headers={"connection": "close"})
 
 
 @dataclass

@@ -20,6 +20,8 @@ from pydantic import BaseModel, Field
 from recipe.codec import convert, encode, render
 from recipe.conversation import ConversationRequest, ModelVersion
 from recipe.errors import RequestError
+from recipe.server.limits import read_body
+from recipe.server.state import state_of
 from recipe.stream import Finish, Ready, StreamInputError, StreamProcessor, TextUpdate, TokenUpdate
 from recipe.tokenizer import MissingSpecialTokenError, load_deepseek_v4_tokenizer
 
@@ -145,7 +147,9 @@ def _bad_request(message: str) -> JSONResponse:
 
 async def _parse(request: Request, model: type[BaseModel]) -> BaseModel | JSONResponse:
     try:
-        return model.model_validate_json(await request.body())
+        state = state_of(request)
+        return model.model_validate_json(await read_body(request, state.config.max_body_bytes,
+                                                         state.config.body_timeout_s))
     except ValueError as exc:
         return _bad_request(f"invalid playground request: {str(exc).splitlines()[0]}")
 

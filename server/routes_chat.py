@@ -19,7 +19,7 @@ router = APIRouter(tags=["OpenAI Chat Completions"])
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     state = state_of(request)
-    body = await read_body(request, state.config.max_body_bytes)
+    body = await read_body(request, state.config.max_body_bytes, state.config.body_timeout_s)
     converted = await state.pipeline.aconvert("chat", body, len(body))
     gen = await state.pipeline.prepare("chat", converted, size_hint=len(body),
                                        single_tool_call=single_tool_call("chat", body),

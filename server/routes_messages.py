@@ -19,7 +19,7 @@ router = APIRouter(tags=["Anthropic Messages"])
 @router.post("/v1/messages")
 async def messages(request: Request) -> Response:
     state = state_of(request)
-    body = await read_body(request, state.config.max_body_bytes)
+    body = await read_body(request, state.config.max_body_bytes, state.config.body_timeout_s)
     converted = await state.pipeline.aconvert("messages", body, len(body))
     gen = await state.pipeline.prepare("messages", converted, size_hint=len(body),
                                        single_tool_call=single_tool_call("messages", body),
@@ -34,7 +34,7 @@ async def messages(request: Request) -> Response:
 async def count_tokens(request: Request) -> Response:
     """`{"input_tokens": n}`: the prompt length the same Messages request would have."""
     state = state_of(request)
-    raw = await read_body(request, state.config.max_body_bytes)
+    raw = await read_body(request, state.config.max_body_bytes, state.config.body_timeout_s)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:

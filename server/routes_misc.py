@@ -54,7 +54,8 @@ async def retrieve_model(request: Request, model_id: str) -> Response:
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
-    raw = await read_body(request, state_of(request).config.max_body_bytes)
+    raw = await read_body(request, state_of(request).config.max_body_bytes,
+                          state_of(request).config.body_timeout_s)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:

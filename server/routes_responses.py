@@ -83,7 +83,7 @@ async def _expand(state: ServerState, body: dict[str, Any], owner: str) -> tuple
 @router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
     state = state_of(request)
-    raw = await read_body(request, state.config.max_body_bytes)
+    raw = await read_body(request, state.config.max_body_bytes, state.config.body_timeout_s)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -19,13 +19,14 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
 
 
 def test_names_and_backend_gauges() -> None:
-    stats = BackendStats(running=3, waiting=2, kv_usage=0.25, prefix_cache_queries=100, prefix_cache_hits=40)
+    stats = BackendStats(running=3, waiting=2, kv_usage=0.25, kv_blocks_used=7, prefix_cache_queries=100, prefix_cache_hits=40)
     m = ServerMetrics("vllm", "demo", lambda: stats)
     s = samples(m.render().decode())
     lab = (("model_name", "demo"),)
     assert s[("vllm:num_requests_running", lab)] == 3
     assert s[("vllm:num_requests_waiting", lab)] == 2
     assert s[("vllm:kv_cache_usage_perc", lab)] == 0.25
+    assert s[("vllm:kv_cache_blocks_used", lab)] == 7
     assert s[("vllm:prefix_cache_queries_total", lab)] == 100
     assert s[("vllm:prefix_cache_hits_total", lab)] == 40
     for name in ("vllm:time_to_first_token_seconds_count", "vllm:inter_token_latency_seconds_count",

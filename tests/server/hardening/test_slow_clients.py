@@ -220,3 +220,70 @@ def test_a_stalled_stream_frees_its_kv_blocks_in_the_engine() -> None:
         assert backend.engine.stats().output_tokens < 900, "the request ran to its end instead of being aborted"
     finally:
         asyncio.run(backend.shutdown())
+
+
+def _read_until_closed(sock: socket.socket, within_s: float) -> tuple[bytes, bool]:
+    """Everything the server sends, and whether it closed the connection within `within_s`."""
+    sock.settimeout(within_s)
+    got = b""
+    try:
+        while chunk := sock.recv(65536):
+            got += chunk
+        return got, True
+    except ConnectionResetError:
+        return got, True
+    except TimeoutError:
+        return got, False
+
+
+@pytest.mark.parametrize(("path", "shape"), [("/v1/chat/completions", b'"code":"request_timeout"'),
+                                             ("/v1/messages", b'"type":"timeout_error"'),
+                                             ("/v1/responses", b'"code":"request_timeout"')])
+def test_a_body_that_trickles_in_gets_408_and_the_connection_closed(path: str, shape: bytes) -> None:
+    with guarded_server(EchoBackend(), body_timeout_s=1.0) as (server, port):
+        body = orjson.dumps({"model": "echo", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+        s = socket.create_connection(("127.0.0.1", port))
+        t0 = time.monotonic()
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"anthropic-version: 2023-06-01\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+        for b in body[:12]:  # a byte every 0.3 s: each read is "progress", the whole body never comes in time
+            try:
+                s.sendall(bytes([b]))
+            except (BrokenPipeError, ConnectionResetError):
+                break  # closed on us: what we want
+            time.sleep(0.3)
+        got, closed = _read_until_closed(s, 10.0)
+        assert closed, "the server kept the connection of a client that never finished its body"
+        assert got.startswith(b"HTTP/1.1 408"), got[:120]
+        assert shape in got and b"Traceback" not in got
+        assert time.monotonic() - t0 < 8.0
+        s.close()
+        deadline = time.monotonic() + 5
+        while server.server_state.connections and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not server.server_state.connections
+
+
+def test_a_client_that_vanishes_mid_body_does_not_hold_its_connection() -> None:
+    """A half-open connection (the peer sent part of its body and is gone without a FIN) is released by the
+    body deadline; a body that arrives in time, in pieces, is still served."""
+    with guarded_server(EchoBackend(), body_timeout_s=1.5) as (server, port):
+        half = socket.create_connection(("127.0.0.1", port))
+        half.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 500\r\n\r\n{\"model\": ")
+        ok = socket.create_connection(("127.0.0.1", port))
+        body = orjson.dumps({"model": "echo", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+        ok.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body[:10])
+        time.sleep(0.5)
+        ok.sendall(body[10:])
+        ok.settimeout(10)
+        assert ok.recv(64).startswith(b"HTTP/1.1 200")
+        ok.close()
+        got, closed = _read_until_closed(half, 10.0)
+        assert closed and got.startswith(b"HTTP/1.1 408"), got[:120]
+        half.close()
+        deadline = time.monotonic() + 5
+        while server.server_state.connections and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not server.server_state.connections
