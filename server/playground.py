@@ -16,12 +16,12 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
+from recipe.server.limits import read_body
+from recipe.server.state import state_of
 
 from recipe.codec import convert, encode, render
 from recipe.conversation import ConversationRequest, ModelVersion
 from recipe.errors import RequestError
-from recipe.server.limits import read_body
-from recipe.server.state import state_of
 from recipe.stream import Finish, Ready, StreamInputError, StreamProcessor, TextUpdate, TokenUpdate
 from recipe.tokenizer import MissingSpecialTokenError, load_deepseek_v4_tokenizer
 
