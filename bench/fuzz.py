@@ -78,9 +78,12 @@ def main() -> int:
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="stop early after this long (the summary says how many were sent)")
     ap.add_argument("--json", default=None, help="also write the summary here")
+    ap.add_argument("--max-tokens-cap", type=int, default=None,
+                    help="bring every valid generation length down to at most this (default: 16 with the engine)")
     args = ap.parse_args()
 
-    maker = CaseMaker(request_body_schemas(), load_seeds(), "echo")
+    cap = args.max_tokens_cap if args.max_tokens_cap is not None else (16 if args.backend == "engine" else None)
+    maker = CaseMaker(request_body_schemas(), load_seeds(), "echo", max_tokens_cap=cap)
     rnd = random.Random(args.seed)
     tmp = Path(tempfile.mkdtemp(prefix="recipe-fuzz-"))
     port = free_port()
@@ -135,7 +138,7 @@ def main() -> int:
             proc.wait()
     log = (tmp / "server.log").read_text(errors="replace")
     summary = {
-        "backend": args.backend, "requests": sent, "requests_per_api": {a: (sent + 2 - i) // 3 for i, a in enumerate(APIS)}, "per_api": args.per_api, "seconds": round(time.time() - t0, 1),
+        "backend": args.backend, "max_tokens_cap": cap, "requests": sent, "requests_per_api": {a: (sent + 2 - i) // 3 for i, a in enumerate(APIS)}, "per_api": args.per_api, "seconds": round(time.time() - t0, 1),
         "statuses": dict(sorted(statuses.items())), "generators": dict(hows), "problems": dict(problems),
         "examples": examples, "5xx": sum(n for s, n in statuses.items() if s >= 500),
         "tracebacks_in_server_log": log.count("Traceback"), "healthy_after": healthy,

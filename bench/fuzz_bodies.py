@@ -199,23 +199,28 @@ class CaseMaker:
     """Draws fuzz cases for one API: 40% schema-drawn, 45% corpus mutations, 15% broken JSON text."""
 
     def __init__(self, components: dict[str, Any], seeds: dict[str, list[dict[str, Any]]],
-                 served_model: str) -> None:
+                 served_model: str, max_tokens_cap: int | None = None) -> None:
+        """`max_tokens_cap` (for a real engine): every generation that would be valid is at most this long;
+        a missing length or one above the cap (but below 100,000) becomes 1..cap, other values stay as drawn."""
         self.components = components
         self.seeds = seeds
         self.model = served_model
+        self.max_tokens_cap = max_tokens_cap
         self._api = "chat"
 
     def _fix_model(self, body: Any, rnd: random.Random) -> Any:
         if isinstance(body, dict) and "model" in body and rnd.random() < 0.8:
             body["model"] = self.model
-        if isinstance(body, dict) and rnd.random() < 0.8:  # keep most generations short
-            k = {"chat": "max_tokens", "messages": "max_tokens", "responses": "max_output_tokens"}[self.api_of(body)]
-            if not isinstance(body.get(k), int) or body[k] > 64:
-                body[k] = rnd.randint(0, 64)
+        k = {"chat": "max_tokens", "messages": "max_tokens", "responses": "max_output_tokens"}[self._api]
+        if (isinstance(body, dict) and rnd.random() < 0.8  # keep most generations short
+                and (not isinstance(body.get(k), int) or body[k] > 64)):
+            body[k] = rnd.randint(0, 64)
+        cap = self.max_tokens_cap
+        if cap is not None and isinstance(body, dict):
+            v = body.get(k)
+            if v is None or (isinstance(v, int) and not isinstance(v, bool) and cap < v < 100_000):
+                body[k] = rnd.randint(1, cap)
         return body
-
-    def api_of(self, body: dict[str, Any]) -> str:
-        return self._api
 
     def case(self, api: str, rnd: random.Random) -> FuzzCase:
         self._api = api
