@@ -4,7 +4,7 @@ Starts the server as a subprocess (`--backend echo`, or the embedded engine with
 sends `--per-api` cases per API from `fuzz_bodies.CaseMaker` (schema-drawn, corpus mutations, broken JSON
 text), and checks each answer with `check_answer`: the API's error shape or a valid response, never a 5xx
 or a stack trace. Afterwards `/health` must answer, the server log must hold no traceback, and the
-server's RSS must be within 10% of what it was after warm-up.
+server's RSS, read after `--settle` idle seconds, must be within 10% of what it was after warm-up.
 
     .venv/bin/python bench/fuzz.py --per-api 10000                       # echo backend
     .venv/bin/python bench/fuzz.py --backend engine --per-api 334        # the SmolLM2 demo engine
@@ -45,13 +45,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(backend: str, port: int, log: Path, db: Path) -> subprocess.Popen[bytes]:
+def start_server(backend: str, port: int, log: Path, db: Path, kv_cache_bytes: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "recipe.cli", "serve", "--port", str(port), "--responses-db", str(db),
            "--log-level", "warning", "--backend", backend]
     if backend == "echo":
         cmd += ["--served-model-name", "echo", "--max-model-len", "4096"]
     else:
-        cmd += ["--served-model-name", "echo", "--max-model-len", "512", "--threads", "1"]
+        cmd += ["--served-model-name", "echo", "--max-model-len", "512", "--threads", "1",
+                "--kv-cache-bytes", str(kv_cache_bytes)]
     return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
@@ -78,6 +79,12 @@ def main() -> int:
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="stop early after this long (the summary says how many were sent)")
     ap.add_argument("--json", default=None, help="also write the summary here")
+    ap.add_argument("--settle", type=float, default=40.0,
+                    help="seconds to leave the server idle before the final RSS reading (its heap trimmer runs "
+                         "every 30 s after activity)")
+    ap.add_argument("--kv-cache-bytes", type=int, default=512 << 20,
+                    help="the engine's KV cache (default 512 MiB: the engine's own default takes a share of free "
+                         "memory, too much on a shared machine)")
     ap.add_argument("--max-tokens-cap", type=int, default=None,
                     help="bring every valid generation length down to at most this (default: 16 with the engine)")
     args = ap.parse_args()
@@ -88,13 +95,13 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="recipe-fuzz-"))
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = start_server(args.backend, port, tmp / "server.log", tmp / "responses.sqlite3")
+    proc = start_server(args.backend, port, tmp / "server.log", tmp / "responses.sqlite3", args.kv_cache_bytes)
     problems: collections.Counter[str] = collections.Counter()
     examples: dict[str, str] = {}
     statuses: collections.Counter[int] = collections.Counter()
     hows: collections.Counter[str] = collections.Counter()
     sent = 0
-    warm_rss = start_rss = 0
+    warm_rss = start_rss = last_rss = 0
     t0 = time.time()
     try:
         wait_healthy(base, proc)
@@ -128,6 +135,9 @@ def main() -> int:
                     print(f"{sent} sent, {sum(problems.values())} problems, {time.time() - t0:.0f} s, "
                           f"RSS {rss_kib(proc.pid) // 1024} MiB", flush=True)
             healthy = client.get("/health").status_code == 200
+            last_rss = rss_kib(proc.pid)
+            time.sleep(args.settle)
+            healthy = healthy and client.get("/health").status_code == 200
         end_rss = rss_kib(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -142,7 +152,8 @@ def main() -> int:
         "statuses": dict(sorted(statuses.items())), "generators": dict(hows), "problems": dict(problems),
         "examples": examples, "5xx": sum(n for s, n in statuses.items() if s >= 500),
         "tracebacks_in_server_log": log.count("Traceback"), "healthy_after": healthy,
-        "rss_mib": {"start": start_rss // 1024, "after_warmup": warm_rss // 1024, "end": end_rss // 1024},
+        "rss_mib": {"start": start_rss // 1024, "after_warmup": warm_rss // 1024,
+                    "after_last_request": last_rss // 1024, f"end_after_{args.settle:g}s_idle": end_rss // 1024},
         "rss_growth_after_warmup": round(end_rss / warm_rss - 1, 4) if warm_rss else None,
     }
     print(json.dumps(summary, indent=1, ensure_ascii=False))

@@ -208,6 +208,7 @@ def main() -> int:
     ap.add_argument("--sample-every", type=float, default=15.0)
     ap.add_argument("--warmup", type=float, default=None, help="seconds excluded from RSS growth (default 10%%)")
     ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--kv-cache-bytes", type=int, default=512 << 20, help="the engine's KV cache")
     ap.add_argument("--out", default=None, help="folder for soak.json and soak.png")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="recipe-soak-"))
@@ -217,7 +218,8 @@ def main() -> int:
     cmd = [sys.executable, "-m", "recipe.cli", "serve", "--port", str(port), "--backend", args.backend,
            "--responses-db", str(out / "responses.sqlite3"), "--served-model-name", MODEL, "--log-level", "warning",
            "--max-model-len", "1024"]
-    cmd += ["--echo-token-delay", "0.01"] if args.backend == "echo" else ["--threads", "1"]
+    cmd += (["--echo-token-delay", "0.01"] if args.backend == "echo"
+            else ["--threads", "1", "--kv-cache-bytes", str(args.kv_cache_bytes)])
     proc = subprocess.Popen(cmd, stdout=(out / "server.log").open("wb"), stderr=subprocess.STDOUT)
     res = Results()
     samples: list[dict[str, float]] = []

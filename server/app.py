@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import logging
@@ -14,6 +15,7 @@ from recipe.server.auth import KeyChecker
 from recipe.server.backend import Backend
 from recipe.server.config import ServerConfig
 from recipe.server.errors import ApiError, shape_for_path
+from recipe.server.heap_trim import HeapTrimmer
 from recipe.server.limits import Admission
 from recipe.server.metrics import ServerMetrics
 from recipe.server.pipeline import Pipeline
@@ -73,10 +75,13 @@ def create_app(config: ServerConfig, backend: Backend, *, parts: ProtocolParts |
     )
     store = ResponseStore(config.responses_db)
     state = ServerState(config, backend, pipeline, metrics, store, names)
+    trimmer = HeapTrimmer(config.heap_trim_interval_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        trimming = asyncio.ensure_future(trimmer.run())
         yield
+        trimming.cancel()
         state.draining = True
         await backend.shutdown()
         store.close()
@@ -88,6 +93,7 @@ def create_app(config: ServerConfig, backend: Backend, *, parts: ProtocolParts |
         lifespan=lifespan,
     )
     app.state.recipe = state
+    app.state.heap_trimmer = trimmer
     for module in (routes_chat, routes_messages, routes_responses, routes_misc):
         app.include_router(module.router)
     try:  # the playground page is an optional part
@@ -100,5 +106,6 @@ def create_app(config: ServerConfig, backend: Backend, *, parts: ProtocolParts |
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_middleware(RequestGuard, keys=KeyChecker(config.api_keys), max_body_bytes=config.max_body_bytes)
+    app.add_middleware(RequestGuard, keys=KeyChecker(config.api_keys), max_body_bytes=config.max_body_bytes,
+                       on_done=trimmer.note)
     return app

@@ -55,6 +55,9 @@ def add_parser(subparsers: Any) -> None:
                    help="close a connection that has not sent complete request headers within this")
     p.add_argument("--body-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="answer 408 and close when a request body has not fully arrived this long after its headers")
+    p.add_argument("--heap-trim-interval", type=float, default=30.0, metavar="SECONDS",
+                   help="after requests, hand freed heap back to the OS (glibc malloc_trim) at most this often; "
+                        "0 turns it off")
     p.add_argument("--stream-stall-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="abort a stream (and free its KV) whose client has read nothing for this long")
     p.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS",
@@ -147,7 +150,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         allow_unauthenticated=args.allow_unauthenticated, served_model_names=tuple(args.served_model_name),
         responses_db=args.responses_db, max_body_bytes=args.max_body_bytes, max_pending_requests=args.max_pending,
         request_timeout_s=args.request_timeout, header_timeout_s=args.header_timeout,
-        body_timeout_s=args.body_timeout,
+        body_timeout_s=args.body_timeout, heap_trim_interval_s=args.heap_trim_interval,
         stream_stall_timeout_s=args.stream_stall_timeout, drain_timeout_s=args.drain_timeout, metrics_prefix=args.metrics_prefix,
         **kv_server_config(args),
     )

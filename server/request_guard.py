@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from recipe.server.auth import KeyChecker, is_playground, presented_key
 from recipe.server.errors import ApiError, internal_error, shape_for_path
+from recipe.server.sse import ClientDisconnected
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("recipe.server")
@@ -31,10 +32,12 @@ def new_request_id() -> str:
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, *, keys: KeyChecker, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, keys: KeyChecker, max_body_bytes: int,
+                 on_done: Callable[[], None] | None = None) -> None:
         self.app = app
         self.keys = keys
         self.max_body_bytes = max_body_bytes
+        self.on_done = on_done  # called once each request has been answered (the heap trimmer counts them)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -91,10 +94,15 @@ class RequestGuard:
                 return
         try:
             await self.app(scope, receive, send_with_ids)
+        except ClientDisconnected:  # the client left before its answer; the route aborted its generation
+            log.info("request %s %s %s: the client disconnected before the answer", request_id, scope["method"], path)
         except Exception:
             log.exception("request %s %s %s failed", request_id, scope["method"], path)
             if not started:
                 await reply(internal_error())
+        finally:
+            if self.on_done is not None:
+                self.on_done()
 
 
 def body_too_large(limit: int) -> ApiError:
