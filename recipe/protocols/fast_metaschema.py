@@ -39,8 +39,14 @@ def _compiled() -> Any:
     return jsonschema_rs.Draft202012Validator(Draft202012Validator.META_SCHEMA, validate_formats=False)
 
 
-@lru_cache(maxsize=4096)
+REGEX_MEMO_MAX_CHARS = 4096  # longer patterns are checked each time: the memo stays under 4,096 x 4 KiB
+
+
 def _regex_ok(pattern: str) -> bool:
+    return _compiles(pattern) if len(pattern) > REGEX_MEMO_MAX_CHARS else _memo_compiles(pattern)
+
+
+def _compiles(pattern: str) -> bool:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -48,6 +54,9 @@ def _regex_ok(pattern: str) -> bool:
         except re.error:
             return False
     return True
+
+
+_memo_compiles = lru_cache(maxsize=4096)(_compiles)
 
 
 def _regexes_ok(node: Any) -> bool:

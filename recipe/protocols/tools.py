@@ -136,8 +136,19 @@ def _metaschema_validator() -> Any:
     return Draft202012Validator(Draft202012Validator.META_SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 
-@lru_cache(maxsize=4096)
+# The memo keeps its keys: bounded by count *and* key size (1,024 x 16 KiB), so distinct megabyte-sized
+# schemas from hostile clients cannot pile up (unbounded by bytes, 4,096 of them could hold gigabytes).
+SCHEMA_MEMO_ENTRIES = 1024
+SCHEMA_MEMO_MAX_CHARS = 16 * 1024
+
+
 def _schema_problem(schema_json: str) -> str | None:
+    if len(schema_json) > SCHEMA_MEMO_MAX_CHARS:
+        return _check_schema(schema_json)
+    return _memo_schema_problem(schema_json)
+
+
+def _check_schema(schema_json: str) -> str | None:
     schema = orjson.loads(schema_json)
     if not isinstance(schema, (dict, bool)):
         return f'{_schema_repr(schema)} is not of types "boolean", "object"'
@@ -149,6 +160,9 @@ def _schema_problem(schema_json: str) -> str | None:
     if bad is not None:
         return f"Pointer '{bad}' does not exist"
     return None
+
+
+_memo_schema_problem = lru_cache(maxsize=SCHEMA_MEMO_ENTRIES)(_check_schema)
 
 
 def validate_schema_document(schema: Any, prefix: str) -> None:
