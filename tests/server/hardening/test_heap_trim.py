@@ -40,6 +40,7 @@ def _grown_after_burst(interval_s: float) -> tuple[float, float, float]:
     with guarded_server(EchoBackend(), heap_trim_interval_s=interval_s) as (_server, port):
         assert _ask_raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 200")
         time.sleep(max(interval_s, 0.3) * 3)  # the warm-up request's own trim
+        HeapTrimmer(1.0).trim_now()  # start from a trimmed heap, so the burst must fault in new pages
         before = rss_mib()
         pin = freed_burst()
         peak = rss_mib()
