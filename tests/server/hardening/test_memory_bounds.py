@@ -5,6 +5,7 @@ answers are the same with and without the memo."""
 from __future__ import annotations
 
 import pytest
+
 from recipe.errors import RequestError
 from recipe.protocols import fast_metaschema, tools
 from recipe.protocols.tools import compact_json, validate_schema_document
