@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recipe.stream import StreamProcessor
 from recipe.stream.chat_events import ChatEventBuilder
+from recipe.stream.dsml import DsmlToolCallParser, _partial_length, _partial_length_by_length
 from recipe.stream.messages_events import MessagesEventBuilder
 from recipe.stream.responses_events import ResponsesEventBuilder
 from recipe.stream.text_parser import OutputTextParser
@@ -44,6 +47,7 @@ def test_fast_paths_change_nothing(case: dict[str, Any], harness: Any, v4_tokeni
     _, fast = harness.run_ours(case, v4_tokenizer)
     monkeypatch.setattr(StreamProcessor, "fast_paths", False)
     monkeypatch.setattr(OutputTextParser, "fast_path", False)
+    monkeypatch.setattr(DsmlToolCallParser, "find_partials", False)
     for builder in (ChatEventBuilder, MessagesEventBuilder, ResponsesEventBuilder):
         monkeypatch.setattr(builder, "use_templates", False)
     _, slow = harness.run_ours(case, v4_tokenizer)
@@ -55,3 +59,18 @@ def test_fast_paths_change_nothing(case: dict[str, Any], harness: Any, v4_tokeni
 def _bytes(frame: bytes) -> bytes:
     frame = re.sub(rb"call_(\d\d)_[A-Za-z0-9]{24}", rb"call_\1_X", frame)
     return re.sub(rb'"(created_at|completed_at)":\d+', rb'"\1":0', frame)
+
+
+_PATTERNS = st.sampled_from(['invoke name="', "</｜DSML｜tool_calls>", "</｜DSML｜ calls>", '"', "parameter name=",
+                             "</｜DSML｜", " ", 'true">', 'false">', "aaab", "abab"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet='<｜/DSMLinvoke name="trufals> \nab', max_size=30), st.lists(_PATTERNS, min_size=1, max_size=3),
+       st.integers(0, 3), st.integers(0, 25))
+def test_partial_length_by_find_equals_by_length(head: str, patterns: list[str], which: int, cut: int) -> None:
+    """Buffers ending in a prefix of a searched string (any length, the whole string included)."""
+    tail = patterns[which % len(patterns)]
+    buf = head + tail[: cut % (len(tail) + 1)]
+    branches = tuple((p, 0, None) for p in patterns)
+    assert _partial_length(buf, branches) == _partial_length_by_length(buf, branches)
