@@ -16,6 +16,8 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
+from recipe.server.config import ServerConfig
+from recipe.server.errors import ApiError
 from recipe.server.limits import read_body
 from recipe.server.state import state_of
 
@@ -145,11 +147,20 @@ def _bad_request(message: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}, 400)
 
 
+def _limits_of(request: Request) -> ServerConfig:
+    """The serving app's body limits; the standalone playground (no server state) gets the defaults."""
+    if hasattr(request.app.state, "recipe"):
+        return state_of(request).config
+    return _STANDALONE_LIMITS
+
+
+_STANDALONE_LIMITS = ServerConfig()
+
+
 async def _parse(request: Request, model: type[BaseModel]) -> BaseModel | JSONResponse:
     try:
-        state = state_of(request)
-        return model.model_validate_json(await read_body(request, state.config.max_body_bytes,
-                                                         state.config.body_timeout_s))
+        config = _limits_of(request)
+        return model.model_validate_json(await read_body(request, config.max_body_bytes, config.body_timeout_s))
     except ValueError as exc:
         return _bad_request(f"invalid playground request: {str(exc).splitlines()[0]}")
 
@@ -203,6 +214,13 @@ def standalone_app() -> Any:
 
     app = FastAPI(title="Recipe playground", docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(router)
+    app.add_exception_handler(ApiError, _standalone_api_error)
     return app
+
+
+async def _standalone_api_error(request: Request, exc: Exception) -> Response:
+    """A limit hit without the serving app's handlers (no request ids there): the OpenAI error shape."""
+    assert isinstance(exc, ApiError)
+    return exc.response("openai", None)
 
 
