@@ -9,7 +9,7 @@ from recipe.server.playground import standalone_app
 
 def test_standalone_encode_answers_without_server_state() -> None:
     client = TestClient(standalone_app())
-    body = {"api": "chat", "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}}
+    body = {"api": "chat", "body": {"model": "DeepSeek-V4-Pro", "messages": [{"role": "user", "content": "hi"}]}}
     response = client.post("/playground/api/encode", json=body)
     assert response.status_code == 200, response.text
     assert response.json()["token_ids"]
