@@ -140,7 +140,7 @@ def mutate(body: dict[str, Any], rnd: random.Random) -> tuple[Any, str]:
     body = json.loads(json.dumps(body))
     path = rnd.choice(_paths(body))
     parent_path, key = path[:-1], (path[-1] if path else None)
-    parent = _get(body, parent_path) if path else None
+    parent: Any = _get(body, parent_path) if path else None
     op = rnd.choice(["delete", "retype", "retype", "unknown_key", "huge_list", "huge_string", "deep", "number",
                      "swap_types", "null"])
     if path == ():

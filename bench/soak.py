@@ -39,7 +39,7 @@ from fuzz import free_port, rss_kib, wait_healthy
 from fuzz_bodies import check_answer
 
 MODEL = "soak"
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+TOOLS: list[dict[str, Any]] = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                           "required": ["city"]}}}]
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 20}}, "required": ["answer"],
