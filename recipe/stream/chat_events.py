@@ -121,6 +121,17 @@ class ChatEventBuilder:
             return Event(None, None, False, tpl.render1(text))
         return self.piece(ReasoningPiece(text) if is_reasoning else ContentPiece(text))
 
+    def arguments_event(self, index: int, text: str) -> Event:
+        """The chunk of an argument delta of call `index` (`piece` of it), from its byte template."""
+        if not self._templated:
+            return self._chunk({"tool_calls": [{"index": index, "function": {"arguments": text}}]})
+        key = f"arguments{index}"
+        tpl = self._templates.get(key)
+        if tpl is None:
+            delta = {"tool_calls": [{"index": index, "function": {"arguments": _SLOT}}]}
+            tpl = self._templates[key] = JsonTemplate(self._chunk(delta).data, [_SLOT])
+        return Event(None, None, False, tpl.render1(text))
+
     def piece(self, piece: Piece) -> Event:
         kind = type(piece)
         if (kind is ContentPiece or kind is ReasoningPiece) and self._templated and piece.logprobs is None:  # type: ignore[union-attr]
@@ -153,7 +164,7 @@ class ChatEventBuilder:
             }
             return self._chunk({"tool_calls": [call]})
         assert isinstance(piece, ToolCallArguments)
-        return self._chunk({"tool_calls": [{"index": piece.index, "function": {"arguments": piece.text}}]})
+        return self.arguments_event(piece.index, piece.text)
 
     def finish(self, finish_reason: str, usage: Usage, *, done: bool = True) -> list[Event]:
         delta: dict[str, Any] = {"content": ""}

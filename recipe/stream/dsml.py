@@ -28,6 +28,7 @@ text waits); a match's own text is sent at once.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 
 import orjson
@@ -69,13 +70,25 @@ def _branches(dsml: str) -> dict[int, tuple[tuple[str, int, str | None], ...]]:
     }
 
 
+def _first_char_patterns(
+    table: dict[int, tuple[tuple[str, int, str | None], ...]],
+) -> dict[int, re.Pattern[str] | None]:
+    """Per stage: a pattern of the first characters of its searched strings (None: it searches none)."""
+    return {stage: re.compile("[" + re.escape("".join(sorted({b[0][0] for b in branches}))) + "]") if branches else None
+            for stage, branches in table.items()}
+
+
 class DsmlToolCallParser:
     """Incremental DSML parser; `feed(text)` returns the pieces completed by that text."""
 
     find_partials = True  # held-back ends found by `str.find` (off: every length tested; equal results)
+    # A feed with nothing held or pending and none of the stage's first characters in it is released
+    # whole, without the search loop (off: the general loop; the fast-path test proves them equal).
+    fast_path = True
 
     def __init__(self, dsml: str = DSML) -> None:
         self._table = _branches(dsml)
+        self._firsts = _first_char_patterns(self._table)
         self._stage = _BLOCK
         self._held = ""  # text that may begin a match, carried to the next feed
         self._name = ""
@@ -96,6 +109,11 @@ class DsmlToolCallParser:
     def feed(self, text: str) -> list[Piece]:
         out: list[Piece] = []
         if self._stage == _DONE or not text:
+            return out
+        released = self.feed_whole(text)
+        if released is not None:
+            if released:
+                out.append(ToolCallArguments(self._calls - 1, released))
             return out
         self._total += len(text)
         self._ends.append(self._total)
@@ -133,6 +151,29 @@ class DsmlToolCallParser:
         return out
 
     # ---- emission ----------------------------------------------------------------------------
+
+    def feed_whole(self, text: str) -> str | None:
+        """`feed(text)` when `text` alone decides it: nothing held or pending and none of the stage's
+        searched strings' first characters in `text`, so nothing matches and nothing is held back. Returns
+        the argument text of the one `ToolCallArguments` that `feed` gives ("" for none), or None when
+        `feed` must decide (then the state is unchanged)."""
+        stage = self._stage
+        if not self.fast_path or self._held or self._pos != self._total or self._run or stage == _DONE:
+            return None
+        first = self._firsts[stage]
+        if first is None or first.search(text) is not None:
+            return None
+        n = len(text)
+        self._total += n
+        self._pos += n
+        action = _DEFAULT[stage]
+        if action == _DROP:
+            return ""
+        if action == _NAME_TEXT:
+            self._name += text
+            return ""
+        text = unmask(text)
+        return _escape_json_fragment(text) if action == _ESCAPE else text
 
     def _other(self, text: str, out: list[Piece]) -> None:
         """Released text that matched nothing: dropped, part of the name, or argument text."""

@@ -38,6 +38,7 @@ class JsonOutputFilter:
 
     def __init__(self, stop_sequences: tuple[str, ...] = ()) -> None:
         self._stops = tuple(s for s in stop_sequences if s)
+        self._stop_firsts = frozenset(s[0] for s in self._stops)
         self.stopped: str | None = None  # the stop sequence that ended the answer
         self._state = _SEEK
         self._seek_held: list[_Run] = []  # prose runs that may be part of a fence opener
@@ -59,6 +60,25 @@ class JsonOutputFilter:
     def phase(self) -> int:
         """The filter's state as a small int (a cache key for what the text parser looks for)."""
         return self._state
+
+    def whole_run(self, text: str) -> str | None:
+        """What a run `text` without logprobs becomes when that is decided by `text` alone: `text` itself
+        (JSON text with no newline, no stop sequence's first character, nothing held), one space (prose
+        with no fence or value start, nothing held), or None (`filter_piece` must decide). The state is
+        advanced as `filter_piece` would advance it."""
+        state = self._state
+        if state == _PASS:
+            if self._stop_held or self._fence_held or "\n" in text:
+                return None
+            if self._stops:
+                # a closing fence needs a newline: none in `text`, none held at the end of the JSON so far
+                if not self._stop_firsts.isdisjoint(text):
+                    return None
+                self._fence_tail = (self._fence_tail + text)[-(len(_FENCE_CLOSE) - 1) :]
+            return text
+        if state == _SEEK and not self._seek_held and "`" not in text and "{" not in text and "[" not in text:
+            return " "
+        return None
 
     def filter_piece(self, text: str, logprobs: LogprobEntries) -> list[ContentPiece]:
         """The content pieces that stand for one parsed content piece (every one carries its logprobs)."""

@@ -29,6 +29,7 @@ def _delta_template(kind: str, field: str) -> JsonTemplate:
 
 _TEXT = _delta_template("text_delta", "text")
 _THINKING = _delta_template("thinking_delta", "thinking")
+_INPUT_JSON = _delta_template("input_json_delta", "partial_json")
 
 
 class MessagesEventBuilder:
@@ -90,6 +91,12 @@ class MessagesEventBuilder:
             return [Event("content_block_delta", None, False, (_THINKING if is_reasoning else _TEXT).render2(self._index, text))]
         return self.piece(ReasoningPiece(text) if is_reasoning else ContentPiece(text))
 
+    def arguments_event(self, text: str) -> Event:
+        """The `input_json_delta` of the open tool-use block (`piece` of it), from its byte template."""
+        if not self.use_templates:
+            return self._delta({"type": "input_json_delta", "partial_json": text})
+        return Event("content_block_delta", None, False, _INPUT_JSON.render2(self._index, text))
+
     def piece(self, piece: Piece) -> list[Event]:
         kind = type(piece)
         if kind is ContentPiece and self._open == "text" and self.use_templates:
@@ -115,7 +122,7 @@ class MessagesEventBuilder:
             events += self._start_block({"type": "tool_use", "id": piece.call_id, "name": piece.name, "input": {}})
             return events
         assert isinstance(piece, ToolCallArguments)
-        return [self._delta({"type": "input_json_delta", "partial_json": piece.text})]
+        return [self.arguments_event(piece.text)]
 
     def finish(self, stop_reason: str, stop_sequence: str | None, usage: Usage) -> list[Event]:
         events = self._stop_block()

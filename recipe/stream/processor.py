@@ -17,12 +17,13 @@ from typing import Any, Literal
 from recipe.conversation import ConversationRequest
 from recipe.stream.accumulate import accumulate_chat, accumulate_messages, accumulate_responses
 from recipe.stream.chat_events import ChatEventBuilder, ReasoningField, chat_finish_reason
+from recipe.stream.dsml import DsmlToolCallParser
 from recipe.stream.logprobs import LogprobRenderer
 from recipe.stream.messages_events import MessagesEventBuilder, messages_stop_reason
 from recipe.stream.pieces import Piece, ToolCallStart
 from recipe.stream.responses_events import ResponsesEventBuilder
 from recipe.stream.sse import Event
-from recipe.stream.text_parser import _CONTENT, _REASONING, OutputFormat, OutputTextParser
+from recipe.stream.text_parser import _CONTENT, _DONE, _REASONING, _TOOLS, OutputFormat, OutputTextParser
 from recipe.stream.token_markers import sentinels_for, unmask
 from recipe.stream.token_text import UpdateDecoder
 from recipe.stream.updates import BackendUpdate, Finish, Ready, StreamInputError, TextUpdate, TokenUpdate
@@ -260,19 +261,26 @@ class StreamProcessor:
         return events + self._pieces(pieces)
 
     def _plain_token(self, text: str) -> list[Event] | None:
-        """The per-token hot path, in one step: a plain token whose `text` is whole UTF-8, in a quiet
-        state (token-id input, answer or reasoning with nothing held or pending, no JSON mode, no
-        marker character in `text`). Gives exactly the events of `_tokens`, or None when the general
-        path must decide. It reads the parser's and decoder's state directly to stay one call deep."""
+        """The per-token hot path, in one step: a plain token whose `text` is whole UTF-8, in a state
+        where that text alone decides the outcome (token-id input, nothing held or pending; answer or
+        reasoning without a marker character in `text`, JSON mode's answer or prose decided by `text`;
+        the tool-call block; after the output's end). Gives exactly the events of `_tokens`, or None
+        when the general path must decide. It reads the parser's and decoder's state directly to stay
+        one call deep."""
         parser = self.parser
-        if not (self._started and parser._token_markers and not parser._pending and not parser._strip_leading
-                and parser._json is None and parser._mode <= _CONTENT):
+        if not (self._started and parser._token_markers):
             return None
         decoder = self._decoder
         assert decoder is not None
         if decoder._held or decoder._det._pending:  # part of a character held (`decoder.busy`)
             return None
-        spec = parser._fast.get(parser._mode)
+        mode = parser._mode
+        if mode > _CONTENT:
+            return self._plain_token_after_text(mode, text)
+        if parser._pending or parser._strip_leading:
+            return None
+        json = parser._json
+        spec = parser._fast.get(mode if json is None else mode + 8 * (json._state + 1))
         if (
             spec is None
             or spec[0].search(text) is not None
@@ -280,20 +288,54 @@ class StreamProcessor:
             or (spec[2] and text[-1] == "\n")
         ):
             return None
+        out_text = text
+        if json is not None and mode == _CONTENT:
+            run = json.whole_run(text)
+            if run is None:
+                return None
+            out_text = run
         parser._tail = text if len(text) >= 32 else (parser._tail + text)[-32:]
-        if not text.isascii():
-            text = unmask(text)
+        if not out_text.isascii():
+            out_text = unmask(out_text)
         self.usage.completion_tokens += 1
-        is_reasoning = parser._mode == _REASONING
+        is_reasoning = mode == _REASONING
         if is_reasoning:
-            parser.reasoning_text.append(text)
+            parser.reasoning_text.append(out_text)
         chat = self._chat
         if chat is not None:
-            return [chat.text_event(is_reasoning, text)]
+            return [chat.text_event(is_reasoning, out_text)]
         if self._messages is not None:
-            return self._messages.text_event(is_reasoning, text)
+            return self._messages.text_event(is_reasoning, out_text)
         assert self._responses is not None
-        return self._responses.text_event(is_reasoning, text)
+        return self._responses.text_event(is_reasoning, out_text)
+
+    def _plain_token_after_text(self, mode: int, text: str) -> list[Event] | None:
+        """`_plain_token` inside the tool-call block (the text goes to its parser as it is) or after the
+        output's end (the text is dropped, the token still counts)."""
+        parser = self.parser
+        if mode == _TOOLS:
+            tools = parser._tools
+            assert tools is not None
+            self.usage.completion_tokens += 1
+            if type(tools) is DsmlToolCallParser:
+                released = tools.feed_whole(text)
+                if released is not None:  # all of `text` is the stage's other text
+                    if not released:
+                        return []
+                    if self._chat is not None:
+                        return [self._chat.arguments_event(tools._calls - 1, released)]
+                    if self._messages is not None:
+                        return [self._messages.arguments_event(released)]
+                    assert self._responses is not None
+                    return [self._responses.arguments_event(released)]
+            pieces = tools.feed(text)
+            if tools.done:
+                parser._mode = _DONE
+            return self._pieces(pieces) if pieces else []
+        if parser.stop_sequence is not None:
+            return None
+        self.usage.completion_tokens += 1
+        return []
 
     def _pieces(self, pieces: list[Piece]) -> list[Event]:
         events: list[Event] = []

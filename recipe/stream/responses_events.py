@@ -37,6 +37,7 @@ class ResponsesEventBuilder:
         self._text: list[str] = []
         self._logprobs: list[dict[str, Any]] = []
         self._item_template: tuple[Any, JsonTemplate] | None = None  # (open item, its delta template)
+        self._arguments_template: tuple[int, JsonTemplate] | None = None  # (output index, its template)
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -74,6 +75,25 @@ class ResponsesEventBuilder:
         self._seq += 1
         return [Event("response.reasoning_text.delta" if is_reasoning else "response.output_text.delta",
                       raw=cached[1].render2(text, seq))]
+
+    def arguments_event(self, text: str) -> Event:
+        """The argument delta of the open function call item, from a template with the item's id and
+        index filled in (`piece` of it: the same bytes)."""
+        idx = len(self._output)
+        if not self.use_templates:
+            self._text.append(text)
+            return self._ev("response.function_call_arguments.delta", {
+                "delta": text, "item_id": f"fc_{self.response_id}_{idx}", "output_index": idx})
+        cached = self._arguments_template
+        if cached is None or cached[0] != idx:
+            tpl = JsonTemplate({"type": "response.function_call_arguments.delta", "delta": _SLOTS[0],
+                                "item_id": f"fc_{self.response_id}_{idx}", "output_index": idx,
+                                "sequence_number": _SLOTS[3]}, (_SLOTS[0], _SLOTS[3]))
+            cached = self._arguments_template = (idx, tpl)
+        self._text.append(text)
+        seq = self._seq
+        self._seq += 1
+        return Event("response.function_call_arguments.delta", raw=cached[1].render2(text, seq))
 
     def _ev(self, name: str, fields: dict[str, Any]) -> Event:
         data = {"type": name, **fields, "sequence_number": self._seq}
@@ -235,9 +255,7 @@ class ResponsesEventBuilder:
                     "call_id": piece.call_id, "name": piece.name, "arguments": ""}
             return events + self._open_item(item, None)
         assert isinstance(piece, ToolCallArguments)
-        self._text.append(piece.text)
-        return [self._ev("response.function_call_arguments.delta", {
-            "delta": piece.text, "item_id": f"fc_{rid}_{idx}", "output_index": idx})]
+        return [self.arguments_event(piece.text)]
 
     def finish(self, backend_reason: str, usage: Usage) -> list[Event]:
         incomplete = None

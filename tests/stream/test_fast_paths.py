@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 import re
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ def test_fast_paths_change_nothing(case: dict[str, Any], harness: Any, v4_tokeni
     monkeypatch.setattr(StreamProcessor, "fast_paths", False)
     monkeypatch.setattr(OutputTextParser, "fast_path", False)
     monkeypatch.setattr(DsmlToolCallParser, "find_partials", False)
+    monkeypatch.setattr(DsmlToolCallParser, "fast_path", False)
     for builder in (ChatEventBuilder, MessagesEventBuilder, ResponsesEventBuilder):
         monkeypatch.setattr(builder, "use_templates", False)
     _, slow = harness.run_ours(case, v4_tokenizer)
@@ -74,3 +76,25 @@ def test_partial_length_by_find_equals_by_length(head: str, patterns: list[str],
     buf = head + tail[: cut % (len(tail) + 1)]
     branches = tuple((p, 0, None) for p in patterns)
     assert _partial_length(buf, branches) == _partial_length_by_length(buf, branches)
+
+
+@pytest.mark.parametrize(("seed", "broken"), [(2207, False), (2208, True)])
+def test_one_token_updates_of_fresh_cases_equal_live_reference(
+    seed: int, broken: bool, differential: Any, v4_tokenizer: Any, reference_tokenizer: Any
+) -> None:
+    """Generated marker-dense outputs (JSON mode, DSML arguments, specials, stops) streamed one token id
+    per update, the engine's case and the one the per-token fast paths take, against the reference."""
+    rng = random.Random(seed)
+    failures = []
+    for i in range(80):
+        case = differential.make_case(rng, i, broken=broken)
+        case["feed"], case["logprobs"] = "tokens", rng.random() < 0.2
+        upds = differential.updates(case, v4_tokenizer)
+        flat = [u for u in upds if u["kind"] == "tokens"]
+        ones = [{"kind": "tokens", "ids": [tid], **({"logprobs": [u["logprobs"][k]]} if "logprobs" in u else {})}
+                for u in flat for k, tid in enumerate(u["ids"])]
+        upds = [u for u in upds if u["kind"] == "ready"] + ones + [u for u in upds if u["kind"] == "finish"]
+        diff = differential.compare_updates(case, upds, v4_tokenizer, reference_tokenizer)
+        if diff:
+            failures.append((i, case["api"], case["output"][:80], diff[:300]))
+    assert not failures, f"seed {seed}: {len(failures)} of 80 differ: {failures[:3]}"
