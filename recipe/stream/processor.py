@@ -79,6 +79,8 @@ class StreamProcessor:
         self._plain = self._decoder.whole_texts if self._decoder is not None and self.fast_paths else None
         if not OutputTextParser.fast_path:
             self._plain = None
+        # the same one-step path for text updates (off with either switch)
+        self._fast_text = self.fast_paths and OutputTextParser.fast_path
         self._chat: ChatEventBuilder | None = None
         self._messages: MessagesEventBuilder | None = None
         self._responses: ResponsesEventBuilder | None = None
@@ -198,6 +200,10 @@ class StreamProcessor:
         if update.token_count < 0:
             self.closed = True
             raise StreamInputError(f"invalid token count {update.token_count}")
+        if self._fast_text and update.text:
+            plain = self._plain_run(update.text, update.token_count)
+            if plain is not None:
+                return plain
         self.usage.completion_tokens += update.token_count
         events = self._preamble()
         return events + self._pieces(self.parser.feed(update.text))
@@ -267,16 +273,23 @@ class StreamProcessor:
         the tool-call block; after the output's end). Gives exactly the events of `_tokens`, or None
         when the general path must decide. It reads the parser's and decoder's state directly to stay
         one call deep."""
-        parser = self.parser
-        if not (self._started and parser._token_markers):
+        if not self.parser._token_markers:
             return None
         decoder = self._decoder
         assert decoder is not None
         if decoder._held or decoder._det._pending:  # part of a character held (`decoder.busy`)
             return None
+        return self._plain_run(text, 1)
+
+    def _plain_run(self, text: str, count: int) -> list[Event] | None:
+        """`_plain_token`'s state checks and events for a run of output text that stood for `count`
+        tokens (a whole token's text, or a text update's)."""
+        parser = self.parser
+        if not self._started:
+            return None
         mode = parser._mode
         if mode > _CONTENT:
-            return self._plain_token_after_text(mode, text)
+            return self._plain_run_after_text(mode, text, count)
         if parser._pending or parser._strip_leading:
             return None
         json = parser._json
@@ -295,9 +308,9 @@ class StreamProcessor:
                 return None
             out_text = run
         parser._tail = text if len(text) >= 32 else (parser._tail + text)[-32:]
-        if not out_text.isascii():
+        if not out_text.isascii() and parser._token_markers:
             out_text = unmask(out_text)
-        self.usage.completion_tokens += 1
+        self.usage.completion_tokens += count
         is_reasoning = mode == _REASONING
         if is_reasoning:
             parser.reasoning_text.append(out_text)
@@ -309,14 +322,14 @@ class StreamProcessor:
         assert self._responses is not None
         return self._responses.text_event(is_reasoning, out_text)
 
-    def _plain_token_after_text(self, mode: int, text: str) -> list[Event] | None:
-        """`_plain_token` inside the tool-call block (the text goes to its parser as it is) or after the
+    def _plain_run_after_text(self, mode: int, text: str, count: int) -> list[Event] | None:
+        """`_plain_run` inside the tool-call block (the text goes to its parser as it is) or after the
         output's end (the text is dropped, the token still counts)."""
         parser = self.parser
         if mode == _TOOLS:
             tools = parser._tools
             assert tools is not None
-            self.usage.completion_tokens += 1
+            self.usage.completion_tokens += count
             if type(tools) is DsmlToolCallParser:
                 released = tools.feed_whole(text)
                 if released is not None:  # all of `text` is the stage's other text
@@ -334,7 +347,7 @@ class StreamProcessor:
             return self._pieces(pieces) if pieces else []
         if parser.stop_sequence is not None:
             return None
-        self.usage.completion_tokens += 1
+        self.usage.completion_tokens += count
         return []
 
     def _pieces(self, pieces: list[Piece]) -> list[Event]:
