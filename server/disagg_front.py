@@ -1,6 +1,6 @@
-"""`recipe serve --prefill-workers N --decode-workers M [--autoscale]`: the server fronts engine worker
-processes through the disaggregation router (`recipe.engine.disagg.router.DisaggLLM`) instead of one
-embedded engine. The protocol layer is unchanged: the router has the embedded engine's face.
+"""`recipe serve --prefill-workers N --decode-workers M [--autoscale] [--ray-address ADDR|auto]`: the server
+fronts engine worker processes (or Ray actors across a cluster's nodes) through the disaggregation router
+(`recipe.engine.disagg.router.DisaggLLM`) instead of one embedded engine. The protocol layer is unchanged: the router has the embedded engine's face.
 
 `/health` answers 503 naming the workers that are not ready (a worker restarting after a crash, one being
 started); `/metrics` gains the router's series (per-role worker counts, hand-offs, autoscaler decisions).
@@ -26,11 +26,31 @@ def add_disagg_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--handoff-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="longest a decode worker may take to take in a hand-off (default 30)")
     g.add_argument("--no-pin-cores", action="store_true", help="do not pin workers to disjoint cores")
+    g.add_argument("--ray-address", default=None, metavar="ADDR|auto",
+                   help="run the workers as Ray actors on an existing Ray cluster (placement group spread over "
+                        "its nodes; KV hand-off through the object store); default 1 prefill + 1 decode worker")
+    g.add_argument("--ray-cpus-per-worker", type=float, default=1.0, metavar="CPUS",
+                   help="CPUs of each worker's placement-group bundle (default 1)")
+    g.add_argument("--no-ray-ship-model", action="store_true",
+                   help="the --model path exists on every Ray node: do not send its files through the object store")
 
 
 def disagg_requested(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "prefill_workers", None) or getattr(args, "decode_workers", None)
-                or getattr(args, "both_workers", 0))
+                or getattr(args, "both_workers", 0) or getattr(args, "ray_address", None))
+
+
+def disagg_config_from_args(args: argparse.Namespace) -> Any:
+    """The `DisaggConfig` the flags ask for (`--ray-address` alone: 1 prefill + 1 decode actor)."""
+    from recipe.engine.disagg.config import DisaggConfig
+
+    prefill, decode, both = args.prefill_workers or 0, args.decode_workers or 0, args.both_workers or 0
+    if args.ray_address and not (prefill or decode or both):
+        prefill, decode = 1, 1
+    return DisaggConfig(prefill_workers=prefill, decode_workers=decode, both_workers=both,
+                        pin_cores=not args.no_pin_cores, handoff_timeout_s=args.handoff_timeout,
+                        ray_address=args.ray_address, ray_cpus_per_worker=args.ray_cpus_per_worker,
+                        ray_ship_model=not args.no_ray_ship_model)
 
 
 class DisaggBackend(EngineBackend):
@@ -54,13 +74,9 @@ class DisaggBackend(EngineBackend):
 
 
 def build_disagg_backend(args: argparse.Namespace, engine_config: dict[str, Any], name: str) -> DisaggBackend:
-    from recipe.engine.disagg.config import DisaggConfig
     from recipe.engine.disagg.router import DisaggLLM
 
-    config = DisaggConfig(prefill_workers=args.prefill_workers or 0, decode_workers=args.decode_workers or 0,
-                          both_workers=args.both_workers or 0, pin_cores=not args.no_pin_cores,
-                          handoff_timeout_s=args.handoff_timeout)
-    router = DisaggLLM(args.model or "smollm2", config, **engine_config)
+    router = DisaggLLM(args.model or "smollm2", disagg_config_from_args(args), **engine_config)
     backend = DisaggBackend(router, name=name)
     if args.autoscale:
         from recipe.engine.disagg.autoscaler import AutoscalerLoop

@@ -52,6 +52,10 @@ class WorkerProcess:
     def pid(self) -> int | None:
         return self.process.pid
 
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.exitcode
+
     def send(self, msg: Any) -> bool:
         """False when the worker is gone (the caller treats it as dead)."""
         if not self.alive:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -70,7 +71,7 @@ class DisaggLLM:
         self.config = disagg or DisaggConfig()
         self.model = model
         self.engine_config = engine_config
-        self.transport = make_transport(self.config.transport)
+        self.transport = make_transport(self.config.transport, self.config.handoff_timeout_s)
         self._lock = threading.Lock()
         self._requests: dict[str, _Request] = {}
         self._workers: dict[int, WorkerProcess] = {}
@@ -86,14 +87,22 @@ class DisaggLLM:
         self.handoff_bytes = 0
         self._pending_handoffs: dict[str, Any] = {}
         roles = self.config.roles()
-        cores = split_cores(sorted(os.sched_getaffinity(0)), len(roles)) if self.config.pin_cores else [None] * len(roles)
+        self.placement: Any = None  # RayPlacement when the workers are Ray actors
+        if self.config.ray_address is not None:
+            from recipe.engine.disagg.ray_workers import RayPlacement
+
+            self.placement = RayPlacement(self.config.ray_address, len(roles), self.config.ray_cpus_per_worker,
+                                          model, self.config.ray_ship_model, self.config.ready_timeout_s)
+        pin = self.config.pin_cores and self.placement is None
+        cores = split_cores(sorted(os.sched_getaffinity(0)), len(roles)) if pin else [None] * len(roles)
         for i, (role, c) in enumerate(zip(roles, cores, strict=True)):
-            self._start(WorkerSpec(i, role, model, engine_config, c, self.config.transport))
+            self._start(WorkerSpec(i, role, model, engine_config, c, self.config.transport,
+                                   self.config.handoff_timeout_s))
         deadline = time.monotonic() + self.config.ready_timeout_s
         for w in list(self._workers.values()):
             if not w.ready_event.wait(max(0.0, deadline - time.monotonic())) or w.ready is None:
                 self._stop_all()
-                raise RuntimeError(f"worker {w.worker_id} ({w.role}) did not start (exit code {w.process.exitcode})")
+                raise RuntimeError(f"worker {w.worker_id} ({w.role}) did not start (exit: {w.exitcode})")
         first = next(iter(self._workers.values())).ready
         assert first is not None
         self.model_info = first.model_info
@@ -102,7 +111,10 @@ class DisaggLLM:
 
     # ----- workers --------------------------------------------------------------------------------------
     def _start(self, spec: WorkerSpec) -> WorkerProcess:
-        w = WorkerProcess(spec, self._on_message, self._on_exit)
+        if self.placement is not None:
+            w: Any = self.placement.spawn(spec, self._on_message, self._on_exit)
+        else:
+            w = WorkerProcess(spec, self._on_message, self._on_exit)
         with self._lock:
             self._workers[spec.worker_id] = w
             self._loads[spec.worker_id] = WorkerLoad(spec.worker_id, spec.role, available=False)
@@ -115,7 +127,8 @@ class DisaggLLM:
             for wid, w in sorted(self._workers.items()):
                 state = "draining" if wid in self._draining else ("ready" if w.ready and w.alive else "starting")
                 out.append({"id": wid, "role": w.role, "pid": w.pid, "state": state,
-                            "cores": list(w.spec.cores or ()), "active_requests": self._loads[wid].active_requests})
+                            "cores": list(w.spec.cores or ()), "active_requests": self._loads[wid].active_requests,
+                            "node": getattr(w, "node_id", None)})
             return out
 
     @property
@@ -155,7 +168,8 @@ class DisaggLLM:
 
     def _on_exit(self, w: WorkerProcess) -> None:
         with self._lock:
-            if self._workers.get(w.worker_id) is not w:
+            stale = self._workers.get(w.worker_id) is not w  # a replacement already runs
+            if stale:
                 return
             self._loads[w.worker_id].available = False
             targets = [(rid, r) for rid, r in self._requests.items() if w.worker_id in r.workers]
@@ -165,10 +179,9 @@ class DisaggLLM:
             self._post(rid, w.worker_id, _WorkerExit())
         if restart:
             log.warning("worker %d (%s, pid %s) exited with code %s; restarting it", w.worker_id, w.role, w.pid,
-                        w.process.exitcode)
+                        w.exitcode)
             self._restarts += 1
-            spec = WorkerSpec(w.worker_id, w.role, w.spec.model, w.spec.engine_config, w.spec.cores, w.spec.transport)
-            threading.Thread(target=self._start, args=(spec,), daemon=True).start()
+            threading.Thread(target=self._start, args=(dataclasses.replace(w.spec, role=w.role),), daemon=True).start()
 
     # ----- the AsyncLLM face ----------------------------------------------------------------------------
     @property
@@ -272,6 +285,9 @@ class DisaggLLM:
         for payload in list(self._pending_handoffs.values()):
             self.transport.discard(payload)
         self._pending_handoffs.clear()
+        if self.placement is not None:
+            self.placement.close()
+            self.placement = None
 
     # ----- role changes (the autoscaler's only lever) ---------------------------------------------------
     async def move_worker(self, worker_id: int, role: str, poll_s: float = 0.02) -> None:
@@ -290,7 +306,7 @@ class DisaggLLM:
             w.send(m.SetRole(role))
             with self._lock:
                 w.role = role
-                w.spec = WorkerSpec(worker_id, role, w.spec.model, w.spec.engine_config, w.spec.cores, w.spec.transport)
+                w.spec = dataclasses.replace(w.spec, role=role)
                 self._loads[worker_id].role = role
         finally:
             with self._lock:

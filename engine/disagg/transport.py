@@ -5,6 +5,7 @@ the handle (`ShmHandle`) is its name and an index, so only a few hundred bytes c
 copies the bytes into its KV pool and unlinks the segment; whoever gives up on a hand-off (the router,
 when a worker dies or times out) calls `discard`, so no segment outlives its request.
 The resource tracker is told to forget each segment: ownership passes from process to process by hand.
+Across machines the payload goes through the Ray object store instead (`ray_transport.RayTransport`).
 """
 
 from __future__ import annotations
@@ -97,7 +98,12 @@ class ShmTransport:
         _unlink(shm)
 
 
-def make_transport(name: str) -> Transport:
+def make_transport(name: str, timeout_s: float = 30.0) -> Transport:
+    """`shm` (one machine) or `ray` (the Ray object store; needs a connected Ray driver or actor)."""
     if name == "shm":
         return ShmTransport()
+    if name == "ray":
+        from recipe.engine.disagg.ray_transport import RayTransport
+
+        return RayTransport(timeout_s)
     raise ValueError(f"unknown transport {name!r}")

@@ -41,6 +41,7 @@ class WorkerSpec:
     engine_config: dict[str, Any] = field(default_factory=dict)
     cores: tuple[int, ...] | None = None
     transport: str = "shm"
+    transport_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -59,7 +60,7 @@ def serve(spec: WorkerSpec, channel: Channel) -> None:
     if spec.cores and "num_threads" not in config:
         config["num_threads"] = len(spec.cores)
     engine = HandoffEngine(spec.model, **config)
-    engine.transport = make_transport(spec.transport)
+    engine.transport = make_transport(spec.transport, spec.transport_timeout_s)
     Worker(spec, engine, channel).run()
 
 
