@@ -86,12 +86,15 @@ def test_prefill_worker_killed_before_any_token_the_request_is_run_again(router:
 def test_a_hand_off_the_decode_side_never_takes_times_out(router: DisaggLLM) -> None:
     wait_ready(router)
     prefill = next(w for w in router._workers.values() if w.role == "prefill")
-    decode_pid = pid_of(router, "decode")
+    stopped: list[int] = []
     forward = prefill._on_message
 
     def stall_decode(w, msg):  # type: ignore[no-untyped-def]
         if isinstance(msg, m.Prefilled) and msg.handoff.request_id == "stalled":
-            os.kill(decode_pid, signal.SIGSTOP)
+            for wid in router._requests["stalled"].workers:  # the decode worker this request reserved on
+                if router._workers[wid].role == "decode":
+                    stopped.append(router._workers[wid].pid)  # type: ignore[arg-type]
+                    os.kill(stopped[-1], signal.SIGSTOP)
         forward(w, msg)
 
     prefill._on_message = stall_decode  # type: ignore[method-assign]
@@ -102,7 +105,9 @@ def test_a_hand_off_the_decode_side_never_takes_times_out(router: DisaggLLM) -> 
         assert time.monotonic() - t0 < 15
     finally:
         prefill._on_message = forward  # type: ignore[method-assign]
-        os.kill(decode_pid, signal.SIGCONT)
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    assert len(stopped) == 1
     assert not router._pending_handoffs
     out = run_all(router, [[40, 41, 42, 43, 44]], [GREEDY], prefix="after-stall")
     assert len(out[0][0][0]) >= 1
@@ -110,27 +115,32 @@ def test_a_hand_off_the_decode_side_never_takes_times_out(router: DisaggLLM) -> 
 
 def test_drain_then_switch_loses_no_request(router: DisaggLLM, colocated: LLM) -> None:
     wait_ready(router)
-    target = [w["id"] for w in router.workers() if w["role"] == "decode"][-1]
+    decoders = [w["id"] for w in router.workers() if w["role"] == "decode"]
     restarts = router.restarts
     prompts = prompts_of(11, 6, 5, 30)
-    params = [SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)] * len(prompts)
+    params = [SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True)] * len(prompts)
 
     async def main():  # type: ignore[no-untyped-def]
         tasks = [asyncio.create_task(collect(router, f"drain{i}", p, sp))
                  for i, (p, sp) in enumerate(zip(prompts, params, strict=True))]
-        await asyncio.sleep(0.2)
+        # a tiny model decodes 200 tokens in well under 0.2 s: move as soon as the requests are bound, and
+        # move the decode worker serving the most of them (the router may have sent all to one of the two)
+        while not any(router.load_of(d).active_requests for d in decoders):
+            await asyncio.sleep(0.002)
+        target = max(decoders, key=lambda wid: router.load_of(wid).active_requests)
         busy = router.load_of(target).active_requests
         move = asyncio.create_task(router.move_worker(target, "prefill"))
         await asyncio.sleep(0)
         assert router.load_of(target).available is False  # no new request goes to a draining worker
         results = await asyncio.wait_for(asyncio.gather(*tasks), 120)
         await asyncio.wait_for(move, 60)
-        return results, busy
+        return results, busy, target
 
-    results, busy = asyncio.run(main())
+    results, busy, target = asyncio.run(main())
     assert busy > 0, "the moved worker had no request in flight: the test proves nothing"
     assert results == reference(colocated, prompts, params)
-    assert [w["role"] for w in router.workers()] == ["prefill", "decode", "prefill"]
+    assert {w["id"]: w["role"] for w in router.workers()} == {0: "prefill", **{d: "decode" for d in decoders},
+                                                               target: "prefill"}
     assert router.restarts == restarts  # the worker was idle when re-labelled (it asserts so)
     more = prompts_of(12, 4)
     assert run_all(router, more, [GREEDY] * 4, prefix="moved") == reference(colocated, more, [GREEDY] * 4)
