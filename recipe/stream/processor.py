@@ -27,7 +27,7 @@ from recipe.stream.text_parser import _CONTENT, _DONE, _REASONING, _TOOLS, Outpu
 from recipe.stream.token_markers import sentinels_for, unmask
 from recipe.stream.token_text import UpdateDecoder
 from recipe.stream.updates import BackendUpdate, Finish, Ready, StreamInputError, TextUpdate, TokenUpdate
-from recipe.stream.usage import Usage
+from recipe.stream.usage import Usage, count_ids
 
 Api = Literal["chat", "messages", "responses"]
 
@@ -384,7 +384,7 @@ class StreamProcessor:
         self.finished = True
         if self.thinking and self.tokenizer is not None:
             reasoning = "".join(self.parser.reasoning_text)
-            self.usage.reasoning_tokens = len(self.tokenizer.full.encode(reasoning, add_special_tokens=False).ids)
+            self.usage.reasoning_tokens = count_ids(self.tokenizer, reasoning)
         stop_seq = self.parser.stop_sequence
         calls = self._has_calls and explicit
         if self._chat is not None:

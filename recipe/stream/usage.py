@@ -12,6 +12,16 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def count_ids(tokenizer: Any, text: str) -> int:
+    """`len(tokenizer.full.encode(text, add_special_tokens=False).ids)`, through the offsets-free batch
+    call where the tokenizer has it (same pipeline and ids, about 15-20% less time per stream end)."""
+    full = tokenizer.full
+    fast = getattr(full, "encode_batch_fast", None)
+    if fast is not None:
+        return len(fast([text], add_special_tokens=False)[0].ids)
+    return len(full.encode(text, add_special_tokens=False).ids)
+
+
 @dataclass
 class Usage:
     prompt_tokens: int = 0
