@@ -5,13 +5,15 @@
     python bench/engine.py --mixed-requests 64 --mixed-batch 32 --prompt-max 2000 --out-max 512  # the full issue workload
 
 Figures (medians over --repeats runs; every timed run gets a fresh random prompt, warm-up excluded):
-  batch1   batch-1 decode tok/s of Recipe per weight format vs llama.cpp on the same GGUF (llama-cpp-python,
-           installed by this script) and vs `transformers.generate`; Recipe runs with prefix caching off, so it
-           pays the same prefill as the others. Roofline: read bandwidth (a reduction over 1 GiB) / bytes of
-           weights read per step, and the fraction of it reached
+  batch1   batch-1 decode tok/s of Recipe per weight format and decode backend (--decode-backends: `layers`,
+           the decoder layers' torch modules, or `fused`, one native call per step) vs llama.cpp on the same GGUF
+           (llama-cpp-python, installed by this script) and vs `transformers.generate`, all in one run; Recipe
+           runs with prefix caching off, so it pays the same prefill as the others. Roofline: read bandwidth (a
+           reduction over 1 GiB) / bytes of weights read per step, and the fraction of it reached
   overhead batch-1 decode ms per step of SmolLM2 cut to --overhead-layers layer(s): what a step costs besides
            reading the weights, with the reference paths (SDPA loop, torch RMSNorm) vs the native kernels
-  scaling  aggregate decode tok/s at 1, 8, 32, 64 concurrent sequences and the ratio to batch 1
+  scaling  aggregate decode tok/s at 1, 8, 32, 64 concurrent sequences and the ratio to batch 1, per attention
+           backend (--scaling-backends; `fused` is native attention with the fused decode step)
   prefill  tok/s of a fresh 2K-token prompt (TTFT) vs llama.cpp and `transformers`
   quality  per weight format: greedy agreement with fp32 over 64 tokens on chat prompts, perplexity on a fixed text
   mixed    useful output tokens/s on a seeded workload of varied prompt/output lengths: `transformers` in static
@@ -28,6 +30,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF dequantizer's progress bar
@@ -141,32 +144,39 @@ def hf_decode(model: Any, prompt: list[int], new_tokens: int) -> tuple[float, fl
 
 def bench_batch1(args: argparse.Namespace, hf: Any, cpp: Any) -> None:
     """Batch-1 decode, every side on a fresh random prompt per timed run (no prefix cache hit for anyone:
-    Recipe runs with prefix caching off), warm-up on another prompt."""
+    Recipe runs with prefix caching off), warm-up on another prompt. The contenders take turns prompt by prompt,
+    so that all of them see the same load."""
     g = torch.Generator().manual_seed(1)
     vocab = 49152
     prompts = [random_prompt(g, args.batch1_prompt, vocab) for _ in range(args.repeats + 1)]
-    rows: list[tuple[str, float, float, int | None]] = []
-
-    def run(name: str, fn: Callable[[list[int]], tuple[float, float]], bytes_per_step: int | None) -> None:
-        fn(prompts[0])  # warm-up
-        per_token = statistics.median(fn(p)[1] for p in prompts[1:])
-        rows.append((name, 1 / per_token, per_token, bytes_per_step))
-
+    contenders: dict[str, tuple[Callable[[list[int]], tuple[float, float]], int | None]] = {}
+    llms = []
     if cpp is not None:
-        run("llama.cpp (Q4_1 GGUF)", lambda p: cpp.decode(p, args.batch1_new), None)
+        contenders["llama.cpp (Q4_1 GGUF)"] = (lambda p: cpp.decode(p, args.batch1_new), None)
     if hf is not None:
-        run(f"transformers {args.dtype}", lambda p: hf_decode(hf, p, args.batch1_new), None)
+        contenders[f"transformers {args.dtype}"] = (lambda p: hf_decode(hf, p, args.batch1_new), None)
     for fmt in args.formats.split(","):
-        llm = recipe_llm(args, fmt, enable_prefix_caching=False)
-        run(f"recipe {fmt if fmt != 'dtype' else args.dtype}", lambda p, llm=llm: recipe_decode(llm, p, args.batch1_new),
-            step_bytes(llm.engine.model))
+        for backend in args.decode_backends.split(","):
+            llm = recipe_llm(args, fmt, enable_prefix_caching=False, decode_backend=backend)
+            llms.append(llm)
+            contenders[f"recipe {fmt if fmt != 'dtype' else args.dtype} {backend}"] = (
+                partial(recipe_decode, llm, new_tokens=args.batch1_new), step_bytes(llm.engine.model))
+    for fn, _ in contenders.values():
+        fn(prompts[0])  # warm-up
+    per_token: dict[str, list[float]] = {name: [] for name in contenders}
+    for p in prompts[1:]:
+        for name, (fn, _) in contenders.items():
+            per_token[name].append(fn(p)[1])
+    for llm in llms:
         llm.shutdown()
+    rows = [(name, 1 / statistics.median(per_token[name]), statistics.median(per_token[name]), nbytes)
+            for name, (_, nbytes) in contenders.items()]
     bw = read_bandwidth()
     anchor = {name: tps for name, tps, _, _ in rows}
     print(f"batch1: decode tok/s, prompt {args.batch1_prompt}, {args.batch1_new} new tokens, fresh prompt per run; "
           f"read bandwidth {bw / 1e9:.1f} GB/s (reduction over 1 GiB)")
     for name, tps, _per_token, nbytes in rows:
-        line = f"  {name:28s} {tps:8.1f} tok/s"
+        line = f"  {name:30s} {tps:8.1f} tok/s"
         for ref in ("llama.cpp (Q4_1 GGUF)", f"transformers {args.dtype}"):
             if ref in anchor and name.startswith("recipe"):
                 line += f"   {tps / anchor[ref]:.2f}x {ref.split()[0]}"
@@ -187,6 +197,8 @@ def bench_overhead(args: argparse.Namespace) -> None:
         f"reference {args.dtype}": ("dtype", {"attention_backend": "reference", "norm_backend": "torch"}),
         f"native {args.dtype}": ("dtype", {"attention_backend": "native", "norm_backend": "native"}),
         "native q4_1": ("q4_1", {"attention_backend": "native", "norm_backend": "native"}),
+        "native q4_1 fused": ("q4_1", {"attention_backend": "native", "norm_backend": "native",
+                                       "decode_backend": "fused"}),
     }
     llms = {name: recipe_llm(args, fmt, layers=args.overhead_layers, enable_prefix_caching=False, **cfg)
             for name, (fmt, cfg) in variants.items()}
@@ -212,7 +224,9 @@ def bench_scaling(args: argparse.Namespace) -> None:
     g = torch.Generator().manual_seed(5)
     fmt = args.formats.split(",")[0] if args.scaling_format is None else args.scaling_format
     backends = args.scaling_backends.split(",")
-    llms = {b: recipe_llm(args, fmt, enable_prefix_caching=False, max_num_seqs=max(args.scaling), attention_backend=b)
+    llms = {b: recipe_llm(args, fmt, enable_prefix_caching=False, max_num_seqs=max(args.scaling),
+                          **({"attention_backend": "native", "decode_backend": "fused"} if b == "fused"
+                             else {"attention_backend": b}))
             for b in backends}
     for llm in llms.values():
         llm.generate(random_prompt(g, 16, 49152), SamplingParams(temperature=0.0, max_tokens=4))
@@ -398,6 +412,8 @@ def main() -> int:
                    help="Recipe weight formats to measure (EngineConfig.weight_format; also int8, int4)")
     p.add_argument("--attention-backend", default="native", help="EngineConfig.attention_backend of Recipe's runs")
     p.add_argument("--norm-backend", default="native", help="EngineConfig.norm_backend of Recipe's runs")
+    p.add_argument("--decode-backends", default="layers,fused",
+                   help="EngineConfig.decode_backend values measured side by side in batch1")
     p.add_argument("--overhead-layers", type=int, default=1)
     p.add_argument("--llama-cpp", action=argparse.BooleanOptionalAction, default=True,
                    help="compare with llama.cpp (installs llama-cpp-python into this environment if missing)")
@@ -408,7 +424,7 @@ def main() -> int:
     p.add_argument("--batch1-new", type=int, default=128)
     p.add_argument("--scaling", type=lambda v: [int(x) for x in v.split(",")], default=[1, 8, 32, 64])
     p.add_argument("--scaling-format", default=None, help="weight format for the scaling figure (default: first of --formats)")
-    p.add_argument("--scaling-backends", default="native,reference", help="attention backends for the scaling figure")
+    p.add_argument("--scaling-backends", default="native,reference", help="attention backends for the scaling figure ('fused': native attention, fused decode step)")
     p.add_argument("--scaling-prompt", type=int, default=32)
     p.add_argument("--scaling-new", type=int, default=48)
     p.add_argument("--prefill-len", type=int, default=2048)
