@@ -17,6 +17,10 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+
+#ifndef PREFETCH_GROUPS
+#define PREFETCH_GROUPS 2
+#endif
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
@@ -56,11 +60,20 @@ void quantize_rows(const float *x, int64_t M, int64_t K, int8_t *xq, float *dx, 
 }
 
 #ifdef __AVX2__
+/* The 32 4-bit q of one q4_1 block as bytes: q[0..15] (low nibbles) in the low 128 bits, q[16..31] above. */
 static inline __m256i unpack_q4(const uint8_t *w) {
-    const __m128i low = _mm_set1_epi8(0x0F);
-    __m128i v = _mm_loadu_si128((const __m128i *)w);
-    __m128i lo = _mm_and_si128(v, low), hi = _mm_and_si128(_mm_srli_epi16(v, 4), low);
-    return _mm256_set_m128i(hi, lo);
+    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)w));
+    return _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
+}
+
+/* Lane i (of 8) = sum of u[j] * s[j] over bytes j = 4i .. 4i + 3, u unsigned and s signed bytes: exact (no
+ * saturation for the values used here: |s| <= 127, u <= 127), so both instruction sets give the same lanes. */
+static inline __m256i dot_u8s8(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
 }
 #endif
 
@@ -81,7 +94,6 @@ static inline __attribute__((always_inline)) void rows_dot(
         const int nr, const int8_t *w8, const uint8_t *w4, int64_t wrow, const float *dw, const float *mn,
         const int8_t *xq, const float *dx, const int32_t *xs, int64_t nb, float *y) {
 #ifdef __AVX2__
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4];
     float off[4];
     for (int r = 0; r < nr; r++) { acc[r] = _mm256_setzero_ps(); off[r] = 0.0f; }
@@ -92,11 +104,11 @@ static inline __attribute__((always_inline)) void rows_dot(
             __m256i p;
             if (w8 != NULL) {
                 const __m256i w = _mm256_loadu_si256((const __m256i *)(w8 + r * wrow + b * QK));
-                p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+                p = dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
             } else {
-                p = _mm256_maddubs_epi16(unpack_q4(w4 + r * wrow + b * (QK / 2)), x);
+                p = dot_u8s8(unpack_q4(w4 + r * wrow + b * (QK / 2)), x);
             }
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)),
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
                                      _mm256_set1_ps(dw[r * nb + b] * sx), acc[r]);
             if (mn != NULL) off[r] += mn[r * nb + b] * sx * (float)xs[b];
         }
@@ -125,6 +137,19 @@ void quant_group(int64_t n, int64_t M, int64_t K, int64_t N, const int8_t *w8, c
     const int8_t *a8 = w8 ? w8 + n * wrow : NULL;
     const uint8_t *a4 = w4 ? w4 + n * wrow : NULL;
     const float *an = mn ? mn + n * nb : NULL;
+    /* The weights of the groups PREFETCH_GROUPS ahead are asked for now: the hardware prefetcher alone
+     * leaves the product waiting on memory about half the time (measured 5 GB/s per thread vs 15 GB/s read). */
+    if (n + 4 * (PREFETCH_GROUPS + 1) <= N) {
+        const char *wa = (const char *)(w8 ? (const void *)(a8 + 4 * PREFETCH_GROUPS * wrow)
+                                           : (const void *)(a4 + 4 * PREFETCH_GROUPS * wrow));
+        for (int64_t off = 0; off < 4 * wrow; off += 64) __builtin_prefetch(wa + off, 0, 0);
+        const char *da = (const char *)(d + (n + 4 * PREFETCH_GROUPS) * nb);
+        for (int64_t off = 0; off < 4 * nb * 4; off += 64) __builtin_prefetch(da + off, 0, 0);
+        if (mn != NULL) {
+            const char *ma = (const char *)(mn + (n + 4 * PREFETCH_GROUPS) * nb);
+            for (int64_t off = 0; off < 4 * nb * 4; off += 64) __builtin_prefetch(ma + off, 0, 0);
+        }
+    }
     for (int64_t m = 0; m < M; m++) {
         float out[4];
         const int8_t *xm = xq + m * K;
