@@ -163,7 +163,7 @@ class MultiKindBlockManager:
             first = (nxt - s.rows) // bs
             blocks = seq.block_table[first : nxt // bs]
             if RELEASED not in blocks:
-                s.snapshot(blocks, hashes[nxt // bs - 1], nxt)
+                s.snapshot(blocks, hashes[nxt // bs - 1], nxt, seq.params.session_key)
                 if persist and wname in self._tiers.tiers:
                     owners = range(first, nxt // bs)
                     self._tiers.offload(wname, blocks, [hashes[i] for i in owners],

@@ -19,6 +19,10 @@ class SamplingParams:
     `ignore_eos`: the model's end-of-sequence ids do not stop the sequence (`stop_token_ids` still do).
     `kv_retention`: the retention class (engine config `kv_retention`) under which the lower KV tiers keep
     this request's blocks.
+    `session_key`: the conversation this request continues (the API's `prompt_cache_key`). With the sliding-
+    window session cache on, a session's window state is also held under this key: a newer state supersedes
+    the session's older ones (they are evicted first), and the disaggregated router keeps the session on one
+    worker. Outputs never depend on it: a state is used only where the prompt's chained hash matches.
     The token that stops a sequence (EOS, or one of `stop_token_ids`) is not part of its output.
     """
 
@@ -37,6 +41,7 @@ class SamplingParams:
     n: int = 1
     constraint: Any = None
     kv_retention: str | None = None  # retention class of the KV this request stores (None = "chat")
+    session_key: str | None = None  # the conversation this request continues (API: prompt_cache_key)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
@@ -52,6 +57,8 @@ class SamplingParams:
             (self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}"),
             (self.logprobs is None or 0 <= self.logprobs <= 20, f"logprobs must be in [0, 20], got {self.logprobs}"),
             (self.n >= 1, f"n must be >= 1, got {self.n}"),
+            (self.session_key is None or (isinstance(self.session_key, str) and 0 < len(self.session_key) <= 256),
+             "session_key must be a string of 1 to 256 characters"),
             (self.constraint is None or hasattr(self.constraint, "matcher"),
              "constraint must be a compiled constraint with .matcher()"),
         ]

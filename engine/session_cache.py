@@ -8,7 +8,11 @@ grain boundaries, keyed by the chained prefix hash of the token block ending at 
 cache and the KV tiers), so a returning conversation finds it without a session id.
 
 Entries expire `ttl` seconds after their last use (idle TTL, on an injectable `clock`), and the least recently
-used go first when `capacity_bytes` would be exceeded. On a miss, a sequence whose compressed entries up to g
+used go first when `capacity_bytes` would be exceeded. A state stored with an explicit session key (the API's
+`prompt_cache_key`, `SamplingParams.session_key`) supersedes that session's older states: they stay usable
+(a regenerated or branched turn still finds them by hash) but are the first to go when the budget is short,
+before any other session's newest state. The key changes what is kept, never what is used: a state is used
+only where the prompt's chained hash at its boundary matches. On a miss, a sequence whose compressed entries up to g
 are cached replays only its last `replay_tokens` tokens before g (`engine/kv_kinds.py`, `V4Span.window_from`).
 """
 
@@ -38,6 +42,7 @@ class SessionStats:
     stored_bytes: int = 0  # bytes persisted in all
     expired: int = 0  # entries dropped by the idle TTL
     evicted: int = 0  # entries dropped by the byte budget
+    superseded: int = 0  # states a newer state of the same session key pushed to the front of eviction
     refused: int = 0  # states larger than the whole budget
     bytes_held: int = 0
     entries: int = 0
@@ -62,6 +67,9 @@ class SessionCache:
         self.capacity_bytes, self.ttl, self.clock = capacity_bytes, ttl, clock
         self.stats = SessionStats()
         self._entries: OrderedDict[bytes, WindowState] = OrderedDict()  # least recently used first
+        self._superseded: set[bytes] = set()  # states a newer one of their session replaced: evicted first
+        self._latest: dict[str, bytes] = {}  # session key -> its newest state
+        self._session_of: dict[bytes, str] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -80,28 +88,61 @@ class SessionCache:
             return None
         state.last_used = now
         self._entries.move_to_end(key)
+        self._superseded.discard(key)  # in use again (a branch of its session)
         return state
 
-    def put(self, key: bytes, rows: torch.Tensor, point: int) -> None:
-        """Keep a copy of `rows` (host memory) as the window state at `point`, within the byte budget."""
+    def put(self, key: bytes, rows: torch.Tensor, point: int, session: str | None = None) -> None:
+        """Keep a copy of `rows` (host memory) as the window state at `point`, within the byte budget; with a
+        `session` key, the session's previous (shallower) state is superseded."""
         now = self.clock()
         self.evict(now)
         state = WindowState(rows.detach().to("cpu", copy=True), point, now)
         if state.nbytes > self.capacity_bytes:
             self.stats.refused += 1
             return
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self.stats.bytes_held -= old.nbytes
-        while self._entries and self.stats.bytes_held + state.nbytes > self.capacity_bytes:
-            _, dropped = self._entries.popitem(last=False)
-            self.stats.bytes_held -= dropped.nbytes
-            self.stats.evicted += 1
+        if key in self._entries:
+            self._drop(key)
+        self._make_room(state.nbytes)
         self._entries[key] = state
         self.stats.bytes_held += state.nbytes
         self.stats.stored += 1
         self.stats.stored_bytes += state.nbytes
         self.stats.entries = len(self._entries)
+        if session is not None:
+            prev = self._latest.get(session)
+            if prev is not None and prev != key and prev in self._entries and self._entries[prev].point < point:
+                self._superseded.add(prev)
+                self.stats.superseded += 1
+            self._latest[session] = key
+            self._session_of[key] = session
+
+    def session_point(self, session: str) -> int | None:
+        """The grain boundary of `session`'s newest held state (None if none is held)."""
+        key = self._latest.get(session)
+        state = None if key is None else self._entries.get(key)
+        return None if state is None else state.point
+
+    def _drop(self, key: bytes) -> WindowState:
+        state = self._entries.pop(key)
+        self.stats.bytes_held -= state.nbytes
+        self._superseded.discard(key)
+        session = self._session_of.pop(key, None)
+        if session is not None and self._latest.get(session) == key:
+            del self._latest[session]
+        return state
+
+    def _make_room(self, nbytes: int) -> None:
+        """Evict until `nbytes` more fit: superseded states first (least recently used first), then the rest."""
+        if self.stats.bytes_held + nbytes <= self.capacity_bytes:
+            return
+        for key in [k for k in self._entries if k in self._superseded]:
+            self._drop(key)
+            self.stats.evicted += 1
+            if self.stats.bytes_held + nbytes <= self.capacity_bytes:
+                return
+        while self._entries and self.stats.bytes_held + nbytes > self.capacity_bytes:
+            self._drop(next(iter(self._entries)))
+            self.stats.evicted += 1
 
     def evict(self, now: float | None = None) -> int:
         """Drop the states idle for `ttl` seconds or more as of `now`; returns how many went."""
@@ -111,8 +152,7 @@ class SessionCache:
             key, state = next(iter(self._entries.items()))
             if now - state.last_used < self.ttl:
                 break
-            del self._entries[key]
-            self.stats.bytes_held -= state.nbytes
+            self._drop(key)
             n += 1
         self.stats.expired += n
         self.stats.entries = len(self._entries)

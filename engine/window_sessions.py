@@ -46,10 +46,11 @@ class WindowSessions:
         ids = torch.as_tensor(list(blocks), dtype=torch.int64, device=self._flat.device)
         return (ids[:, None] * self.block_size + torch.arange(self.block_size, device=ids.device)).reshape(-1)
 
-    def snapshot(self, blocks: Sequence[int], key: bytes, point: int) -> None:
-        """Keep the rows of `blocks` (the `rows` tokens before grain boundary `point`) under `key`."""
+    def snapshot(self, blocks: Sequence[int], key: bytes, point: int, session: str | None = None) -> None:
+        """Keep the rows of `blocks` (the `rows` tokens before grain boundary `point`) under `key` (and as
+        `session`'s newest state)."""
         assert len(blocks) * self.block_size == self.rows and point % self.grain == 0
-        self.cache.put(key, self._flat.index_select(0, self._slots(blocks)), point)
+        self.cache.put(key, self._flat.index_select(0, self._slots(blocks)), point, session)
 
     def writer(self, blocks: Sequence[int], state: WindowState) -> Callable[[], None]:
         """The write of `state` into window blocks `blocks`, for the model thread to run before its step."""

@@ -63,6 +63,7 @@ class GenerationParams:
     stop_token_ids: tuple[int, ...] = ()
     constraint: Any = None
     kv_retention: str | None = None  # retention class of the request's stored KV (None: the engine's default)
+    session_key: str | None = None  # the conversation the request continues (prompt_cache_key)
 
 
 @dataclass(frozen=True)

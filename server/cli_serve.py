@@ -172,8 +172,8 @@ def build_backend(args: argparse.Namespace) -> Backend:
         card = echo_model_card(args.model or "echo", context_length=args.max_model_len or 131072)
         return EchoBackend(model=card, token_delay_s=args.echo_token_delay)
     if disagg_requested(args):
-        return build_disagg_backend(args, {**engine_config_from_args(args), **kv_engine_config(args)},
-                                    default_model_name(args.model))
+        return build_disagg_backend(args, {**engine_config_from_args(args), **kv_engine_config(args),
+                                           **swa_engine_config(args)}, default_model_name(args.model))
     from recipe.engine import AsyncLLM
     from recipe.server.engine_backend import EngineBackend
 

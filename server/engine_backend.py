@@ -76,6 +76,7 @@ class EngineBackend:
             repetition_penalty=p.repetition_penalty, ignore_eos=p.ignore_eos,
             max_tokens=p.max_tokens, stop_token_ids=tuple(p.stop_token_ids), seed=p.seed,
             logprobs=p.logprobs, n=p.n, constraint=p.constraint, kv_retention=p.kv_retention,
+            session_key=p.session_key,
         )
 
     async def generate(

@@ -214,6 +214,7 @@ class Pipeline:
         response_fields: dict[str, Any] | None = None, size_hint: int = 0, single_tool_call: bool = False,
         extras: SamplingExtras | None = None,
         kv_retention: str | None = None,
+        session_key: str | None = None,
     ) -> Generation:
         """Everything before generation; `size_hint` (the body's size) moves rendering and encoding of
         large requests to a worker thread so they do not stall the event loop. `single_tool_call`: the
@@ -253,6 +254,7 @@ class Pipeline:
             stop_token_ids=() if extras.ignore_eos else self.backend.model.eos_token_ids,
             constraint=constraint,
             kv_retention=kv_retention,
+            session_key=session_key,
         )
         response_id = new_response_id(api)
         created = int(time.time())

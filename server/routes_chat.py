@@ -8,6 +8,7 @@ from recipe.server.delivery import collect, json_response, stream_response
 from recipe.server.kv_retention import retention_class
 from recipe.server.limits import read_body
 from recipe.server.sampling_extras import read_extras
+from recipe.server.session_key import session_key
 from recipe.server.state import state_of
 from recipe.server.tool_policy import single_tool_call
 from starlette.requests import Request
@@ -24,7 +25,8 @@ async def chat_completions(request: Request) -> Response:
     gen = await state.pipeline.prepare("chat", converted, size_hint=len(body),
                                        single_tool_call=single_tool_call("chat", body),
                                        extras=read_extras("chat", body),
-                                       kv_retention=retention_class(state.config, "chat", body, request.headers))
+                                       kv_retention=retention_class(state.config, "chat", body, request.headers),
+                                       session_key=session_key("chat", body))
     if gen.stream:
         return await stream_response(request, state.pipeline, gen)
     await collect(request, state.pipeline, gen)

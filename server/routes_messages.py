@@ -8,6 +8,7 @@ from recipe.server.delivery import collect, json_response, stream_response
 from recipe.server.errors import ApiError
 from recipe.server.kv_retention import retention_class
 from recipe.server.limits import read_body
+from recipe.server.session_key import session_key
 from recipe.server.state import state_of
 from recipe.server.tool_policy import single_tool_call
 from starlette.requests import Request
@@ -23,7 +24,8 @@ async def messages(request: Request) -> Response:
     converted = await state.pipeline.aconvert("messages", body, len(body))
     gen = await state.pipeline.prepare("messages", converted, size_hint=len(body),
                                        single_tool_call=single_tool_call("messages", body),
-                                       kv_retention=retention_class(state.config, "messages", body, request.headers))
+                                       kv_retention=retention_class(state.config, "messages", body, request.headers),
+                                       session_key=session_key("messages", body))
     if gen.stream:
         return await stream_response(request, state.pipeline, gen)
     await collect(request, state.pipeline, gen)

@@ -16,6 +16,7 @@ from recipe.server.kv_retention import retention_class
 from recipe.server.limits import read_body
 from recipe.server.pipeline import Generation
 from recipe.server.request_guard import key_owner_of
+from recipe.server.session_key import session_key
 from recipe.server.state import ServerState, state_of
 from recipe.server.storage import StoreWriteError
 from recipe.server.tool_policy import single_tool_call
@@ -106,6 +107,7 @@ async def create_response(request: Request) -> Response:
         response_fields={"store": store, "previous_response_id": previous}, size_hint=size,
         single_tool_call=single_tool_call("responses", body),
         kv_retention=retention_class(state.config, "responses", body, request.headers),
+        session_key=session_key("responses", body),
     )
 
     async def save(g: Generation) -> None:

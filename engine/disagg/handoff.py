@@ -16,6 +16,10 @@ cache, and puts the sequences straight into the running queue with the prompt co
 
 Sampler state needs no transfer: seeded rows derive their noise from (seed, choice, position). Stop strings
 are matched above the engine (the server's pipeline, which sees the whole stream through the router).
+
+A model with several cache kinds (DeepSeek-V4: window and compressed pools) has no hand-off: its engine
+serves only as a `both` worker (whole requests), where the sliding-window session cache works as in one
+engine (`hands_off` is False; the hand-off halves refuse).
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ from recipe.engine.outputs import RequestOutput
 from recipe.engine.sampling_params import SamplingParams
 from recipe.engine.sequence import Sequence, SequenceStatus
 
+NO_HAND_OFF = ("prefill and decode workers hand off one KV pool; a model with several cache kinds (DeepSeek-V4) "
+               "is served by both-role workers only (--both-workers)")
+
 
 @dataclass
 class _PrefillJob:
@@ -52,17 +59,20 @@ class HandoffEngine(LLMEngine):
 
     def __init__(self, model: Any = "smollm2", **config: Any) -> None:
         super().__init__(model, **config)
-        if self.runner.kv_cache is None or not hasattr(self.block_manager, "cached"):
-            raise ValueError("disaggregated serving needs a model with one KV pool (bind_kv_cache), "
-                             "not several cache kinds")
+        self.hands_off = self.runner.kv_cache is not None and hasattr(self.block_manager, "cached")
         self._jobs: dict[str, _PrefillJob] = {}
         self._ready: list[Handoff] = []
         self._going_on: set[tuple[str, int]] = set()  # (request, choice) whose first-token output is not final
         self.reserved: dict[str, list[Sequence]] = {}
         self.transport: Transport | None = None
 
+    def require_hand_off(self) -> None:
+        if not self.hands_off:
+            raise ValueError(NO_HAND_OFF)
+
     # ----- prefill half ---------------------------------------------------------------------------------
     def add_prefill(self, request_id: str, prompt_ids: list[int], params: SamplingParams, skip_blocks: int) -> None:
+        self.require_hand_off()
         self.add_request(request_id, prompt_ids, dataclasses.replace(params, max_tokens=1))
         self._jobs[request_id] = _PrefillJob(params, skip_blocks)
 
@@ -132,6 +142,7 @@ class HandoffEngine(LLMEngine):
     def reserve(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> int | None:
         """Allocate every choice's blocks for prompt + first token; the leading blocks held (by chained hash),
         or None (nothing changed) when the pool cannot supply them now."""
+        self.require_hand_off()
         ids = self.validate(prompt_ids, params)
         if request_id in self.reserved or request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use")

@@ -144,3 +144,4 @@ class Stats:
     steps: int
     model_busy_s: float
     step_times: list[tuple[int, int, float]] = field(default_factory=list)  # (tokens, seqs, seconds) since last
+    swa_sessions: Any = None  # the worker's session-cache counters (session_cache.SessionStats), None when off

@@ -130,7 +130,7 @@ class RequestFlow:
             await asyncio.sleep(0.05)  # workers restarting or changing role
 
     async def colocated(self) -> Any:
-        w = self.router.choose("both")
+        w = self.router.choose("both", session=self.params.session_key)
         if w is None:
             raise self.failed("no both-role worker")
         self.bind(w)

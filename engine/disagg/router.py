@@ -31,7 +31,15 @@ from recipe.engine.disagg.config import DisaggConfig, split_cores
 from recipe.engine.disagg.constraint_wire import to_wire
 from recipe.engine.disagg.live_metrics import LiveMetrics, Window
 from recipe.engine.disagg.pool import WorkerProcess
-from recipe.engine.disagg.routing import PrefixIndex, WorkerLoad, block_hashes, pick_decode, pick_prefill
+from recipe.engine.disagg.routing import (
+    PrefixIndex,
+    SessionAffinity,
+    WorkerLoad,
+    block_hashes,
+    pick_colocated,
+    pick_decode,
+    pick_prefill,
+)
 from recipe.engine.disagg.transport import make_transport
 from recipe.engine.disagg.worker import WorkerSpec
 from recipe.engine.llm_engine import EngineStats
@@ -80,6 +88,7 @@ class DisaggLLM:
         self._stopping = False
         self._restarts = 0
         self.prefix_index = PrefixIndex()
+        self.affinity = SessionAffinity()
         self.ttft = Window()
         self.tpot = Window()
         self.handoffs: list[HandoffRecord] = []  # the last 1000
@@ -206,6 +215,7 @@ class DisaggLLM:
             kv_usage=max((s.kv_usage for s in stats), default=0.0), num_kv_blocks=0,
             prefix_cache_queries=0, prefix_cache_hits=0, prompt_tokens=0, output_tokens=0,
             steps=sum(s.steps for s in stats), model_busy_s=sum(s.model_busy_s for s in stats),
+            swa_sessions=summed([s.swa_sessions for s in stats if s.swa_sessions is not None]),
         ) if loads else EngineStats(0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0.0)
 
     def live_metrics(self) -> LiveMetrics:
@@ -314,12 +324,14 @@ class DisaggLLM:
                 self._loads[worker_id].available = self._workers[worker_id].alive and self._workers[worker_id].ready is not None
 
     # ----- choices (used by request_flow) ---------------------------------------------------------------
-    def choose(self, role: str, ids: list[int] | None = None) -> WorkerProcess | None:
+    def choose(self, role: str, ids: list[int] | None = None, session: str | None = None) -> WorkerProcess | None:
         with self._lock:
             loads = [w for w in self._loads.values() if w.role == role]
             if role == "prefill":
                 hashes = block_hashes(ids or [], self.block_size)
                 choice = pick_prefill(loads, hashes, self.prefix_index, self.block_size)
+            elif role == "both":
+                choice = pick_colocated(loads, session, self.affinity)
             else:
                 choice = pick_decode(loads)
             return None if choice is None else self._workers[choice.worker_id]
@@ -337,6 +349,14 @@ class DisaggLLM:
 
     def load_of(self, worker_id: int) -> WorkerLoad:
         return self._loads[worker_id]
+
+
+def summed(counters: list[Any]) -> Any:
+    """Field-by-field sum of the workers' counter dataclasses (None when none reported any)."""
+    if not counters:
+        return None
+    return dataclasses.replace(counters[0], **{f.name: sum(getattr(c, f.name) for c in counters)
+                                               for f in dataclasses.fields(counters[0])})
 
 
 class _WorkerExit:

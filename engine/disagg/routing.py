@@ -1,5 +1,7 @@
 """Which worker gets a request: prefill by queued prompt tokens (less what its prefix cache likely holds),
-decode by KV use and running requests. Pure functions over the router's view of each worker."""
+decode by KV use and running requests; a colocated (`both`) request with a session key goes back to the
+worker its session last ran on while that worker is available (its session cache holds the session's window
+state), else by decode's rule. Pure functions over the router's view of each worker."""
 
 from __future__ import annotations
 
@@ -78,3 +80,29 @@ def pick_decode(loads: list[WorkerLoad]) -> WorkerLoad | None:
     if not candidates:
         return None
     return min(candidates, key=lambda w: (round(w.kv_usage, 2), w.active_requests + w.running, w.worker_id))
+
+
+class SessionAffinity:
+    """The worker each session key last ran on (bounded LRU)."""
+
+    def __init__(self, capacity: int = 65536) -> None:
+        self.capacity = capacity
+        self._worker: OrderedDict[str, int] = OrderedDict()
+
+    def worker_of(self, session: str) -> int | None:
+        return self._worker.get(session)
+
+    def record(self, session: str, worker_id: int) -> None:
+        self._worker[session] = worker_id
+        self._worker.move_to_end(session)
+        while len(self._worker) > self.capacity:
+            self._worker.popitem(last=False)
+
+
+def pick_colocated(loads: list[WorkerLoad], session: str | None, affinity: SessionAffinity) -> WorkerLoad | None:
+    """The session's last worker while it is available, else `pick_decode`'s choice (remembered for the key)."""
+    held = None if session is None else affinity.worker_of(session)
+    choice = next((w for w in loads if w.worker_id == held and w.available), None) or pick_decode(loads)
+    if choice is not None and session is not None:
+        affinity.record(session, choice.worker_id)
+    return choice

@@ -60,6 +60,8 @@ def serve(spec: WorkerSpec, channel: Channel) -> None:
     if spec.cores and "num_threads" not in config:
         config["num_threads"] = len(spec.cores)
     engine = HandoffEngine(spec.model, **config)
+    if spec.role != "both":
+        engine.require_hand_off()
     engine.transport = make_transport(spec.transport, spec.transport_timeout_s)
     Worker(spec, engine, channel).run()
 
@@ -117,6 +119,7 @@ class Worker:
                 self.abort(msg.request_id)
             elif isinstance(msg, m.SetRole):
                 assert not e.has_unfinished_requests() and not e.reserved, "a worker changes role only when drained"
+                assert msg.role == "both" or e.hands_off, "the autoscaler moves only workers that hand off"
                 self.role = msg.role
             elif isinstance(msg, m.Stop):
                 self.stopped = True
@@ -183,5 +186,6 @@ class Worker:
         e = self.engine
         s = e.stats()
         self.channel.send(m.Stats(self.spec.worker_id, self.role, s.running, s.waiting, s.kv_usage,
-                                  sum(self.queued_prompt_tokens.values()), s.steps, s.model_busy_s, self.step_times))
+                                  sum(self.queued_prompt_tokens.values()), s.steps, s.model_busy_s, self.step_times,
+                                  s.swa_sessions))
         self.step_times = []

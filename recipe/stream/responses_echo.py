@@ -55,7 +55,9 @@ def responses_echo(body: dict[str, Any]) -> dict[str, Any]:
     text = body.get("text") or {}
     temperature = body.get("temperature")
     top_p = body.get("top_p")
+    cache_key = body.get("prompt_cache_key")
     return {
+        **({"prompt_cache_key": cache_key} if isinstance(cache_key, str) else {}),
         "instructions": body.get("instructions"),
         "max_output_tokens": body.get("max_output_tokens"),
         "temperature": float(temperature) if temperature is not None else 1.0,

@@ -134,7 +134,7 @@ class ResponsesEventBuilder:
             "parallel_tool_calls": True,
             "presence_penalty": 0.0,
             "previous_response_id": None,
-            "prompt_cache_key": None,
+            "prompt_cache_key": e.get("prompt_cache_key"),
             "prompt_cache_retention": None,
             "reasoning": e["reasoning"],
             "safety_identifier": None,

@@ -38,3 +38,22 @@ def test_bad_flag_values_are_usage_errors(bad: tuple[str, str], capsys: pytest.C
         parse(*bad)
     assert exc.value.code == 2
     assert bad[0] in capsys.readouterr().err
+
+
+def test_disaggregated_workers_get_the_same_session_cache_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every worker engine is built from the config the router receives: the swa flags must be in it."""
+    import recipe.engine.disagg.router as router_module
+    from recipe.server.cli_serve import build_backend
+
+    seen: dict[str, object] = {}
+
+    class CapturingRouter:
+        def __init__(self, model: str, disagg: object, **config: object) -> None:
+            seen.update(config)
+
+    monkeypatch.setattr(router_module, "DisaggLLM", CapturingRouter)
+    monkeypatch.setattr("recipe.server.disagg_front.DisaggBackend", lambda router, name: object())
+    build_backend(parse("--both-workers", "2", "--swa-session-bytes", "64MiB", "--swa-session-ttl", "30",
+                        "--swa-replay-margin", "exact"))
+    assert seen["swa_session_bytes"] == 64 << 20 and seen["swa_session_ttl"] == 30.0
+    assert "swa_replay_margin" not in seen  # "exact" is the engine's default (None)
