@@ -108,8 +108,11 @@ class StreamProcessor:
             ids = update.token_ids
             if len(ids) == 1:
                 text = self._plain.get(ids[0])
-                if text:
-                    events = self._plain_token(text)
+                decoder = self._decoder
+                # a plain token whose text is whole UTF-8 while no part of a character is held
+                # (`decoder.busy`, read directly): `_plain_run` gives exactly `_tokens`' events or None
+                if text and self.parser._token_markers and not (decoder._held or decoder._det._pending):  # type: ignore[union-attr]
+                    events = self._plain_run(text, 1)
                     if events is not None:
                         self.events.extend(events)
                         return events
@@ -266,24 +269,13 @@ class StreamProcessor:
                     break
         return events + self._pieces(pieces)
 
-    def _plain_token(self, text: str) -> list[Event] | None:
-        """The per-token hot path, in one step: a plain token whose `text` is whole UTF-8, in a state
-        where that text alone decides the outcome (token-id input, nothing held or pending; answer or
-        reasoning without a marker character in `text`, JSON mode's answer or prose decided by `text`;
-        the tool-call block; after the output's end). Gives exactly the events of `_tokens`, or None
-        when the general path must decide. It reads the parser's and decoder's state directly to stay
-        one call deep."""
-        if not self.parser._token_markers:
-            return None
-        decoder = self._decoder
-        assert decoder is not None
-        if decoder._held or decoder._det._pending:  # part of a character held (`decoder.busy`)
-            return None
-        return self._plain_run(text, 1)
-
     def _plain_run(self, text: str, count: int) -> list[Event] | None:
-        """`_plain_token`'s state checks and events for a run of output text that stood for `count`
-        tokens (a whole token's text, or a text update's)."""
+        """The per-token hot path, in one step: a run of output text that stood for `count` tokens (one
+        plain token's whole text, or a text update's), in a state where that text alone decides the
+        outcome (nothing held or pending; answer or reasoning without a marker character in `text`,
+        JSON mode's answer or prose decided by `text`; the tool-call block; after the output's end).
+        Gives exactly the events of the general path, or None when that path must decide. It reads
+        the parser's state directly to stay one call deep."""
         parser = self.parser
         if not self._started:
             return None

@@ -36,7 +36,8 @@ class ResponsesEventBuilder:
         self._item: dict[str, Any] | None = None
         self._text: list[str] = []
         self._logprobs: list[dict[str, Any]] = []
-        self._item_template: tuple[Any, JsonTemplate] | None = None  # (open item, its delta template)
+        # (open item, its delta template, whether it is reasoning, the event name)
+        self._item_template: tuple[Any, JsonTemplate, bool, str] | None = None
         self._arguments_template: tuple[int, JsonTemplate] | None = None  # (output index, its template)
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -57,10 +58,15 @@ class ResponsesEventBuilder:
     def text_event(self, is_reasoning: bool, text: str) -> list[Event]:
         """`piece` of a reasoning or answer text piece without logprobs; while its item is open, from a
         template with the item's id and index filled in (the same bytes)."""
+        cached = self._item_template
         item = self._item
+        if cached is not None and cached[0] is item and cached[2] is is_reasoning:  # the open item's template
+            self._text.append(text)
+            seq = self._seq
+            self._seq = seq + 1
+            return [Event(cached[3], None, False, cached[1].render2(text, seq))]
         if item is None or item["type"] != ("reasoning" if is_reasoning else "message") or not self.use_templates:
             return self.piece(ReasoningPiece(text) if is_reasoning else ContentPiece(text))
-        cached = self._item_template
         if cached is None or cached[0] is not item:
             idx = len(self._output)
             name = "response.reasoning_text.delta" if is_reasoning else "response.output_text.delta"
@@ -69,7 +75,7 @@ class ResponsesEventBuilder:
             if not is_reasoning:
                 fields["logprobs"] = []
             fields.update(output_index=idx, sequence_number=_SLOTS[3])
-            cached = self._item_template = (item, JsonTemplate(fields, (_SLOTS[0], _SLOTS[3])))
+            cached = self._item_template = (item, JsonTemplate(fields, (_SLOTS[0], _SLOTS[3])), is_reasoning, name)
         self._text.append(text)
         seq = self._seq
         self._seq += 1
