@@ -11,25 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
 from recipe.server.auth import presented_key
+from recipe.server.body_field import body_field
 
 FIELD = "kv_retention"
 
 
 def from_body(body: bytes | Mapping[str, Any]) -> str | None:
     """`metadata.kv_retention` of a request body, if it is a string."""
-    if isinstance(body, (bytes, bytearray)):
-        if FIELD.encode() not in body:  # the common case costs one substring search
-            return None
-        try:
-            body = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return None
-    if not isinstance(body, Mapping):
-        return None
-    metadata = body.get("metadata")
-    value = metadata.get(FIELD) if isinstance(metadata, Mapping) else None
+    value = body_field(body, FIELD, under="metadata")
     return value if isinstance(value, str) else None
 
 

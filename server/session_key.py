@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
+from recipe.server.body_field import body_field
 from recipe.server.errors import Api, ApiError
 
 FIELD = "prompt_cache_key"
@@ -22,17 +22,7 @@ MAX_CHARS = 256
 
 def session_key(api: Api, body: bytes | Mapping[str, Any]) -> str | None:
     """The session key of a request body (None if it sets none)."""
-    if isinstance(body, (bytes, bytearray)):
-        if FIELD.encode() not in body:  # the common case costs one substring search
-            return None
-        try:
-            body = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return None  # conversion refuses the body
-    if not isinstance(body, Mapping):
-        return None
-    holder = body.get("metadata") if api == "messages" else body
-    value = holder.get(FIELD) if isinstance(holder, Mapping) else None
+    value = body_field(body, FIELD, under="metadata" if api == "messages" else None)
     if value is None:
         return None
     if not isinstance(value, str) or not 0 < len(value) <= MAX_CHARS:

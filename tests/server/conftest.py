@@ -1,16 +1,22 @@
-"""Shared fixtures: a live uvicorn server on a free loopback port, run in a thread of the test process."""
+"""Shared fixtures: a live uvicorn server on a free loopback port, run in a thread of the test process; helper
+modules of this folder (`recording_backend`) importable by its tests."""
 
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import uvicorn
 from fastapi import FastAPI
+
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
 
 
 def free_port() -> int:

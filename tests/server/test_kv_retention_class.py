@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-
 import pytest
 from recipe.server.app import create_app
-from recipe.server.backend import EchoBackend, GenerationDelta, GenerationParams, echo_model_card
 from recipe.server.config import ServerConfig
 from recipe.server.kv_retention import from_body, retention_class
+from recording_backend import RecordingEcho
 from starlette.testclient import TestClient
 
 MODEL = "DeepSeek-V4-Pro"
 
 
-class Recording(EchoBackend):
-    def __init__(self) -> None:
-        super().__init__(model=echo_model_card(MODEL))
-        self.seen: list[str | None] = []
-
-    async def generate(self, request_id: str, prompt_ids: Sequence[int],
-                       params: GenerationParams) -> AsyncIterator[GenerationDelta]:
-        self.seen.append(params.kv_retention)
-        async for d in super().generate(request_id, prompt_ids, params):
-            yield d
+def Recording() -> RecordingEcho:
+    return RecordingEcho(MODEL, "kv_retention")
 
 
 def test_precedence() -> None:

@@ -4,31 +4,21 @@ is a 400 in the API's own error shape."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from recipe.server.app import create_app
-from recipe.server.backend import EchoBackend, GenerationDelta, GenerationParams, echo_model_card
 from recipe.server.config import ServerConfig
 from recipe.server.session_key import MAX_CHARS, session_key
+from recording_backend import RecordingEcho
 from starlette.testclient import TestClient
 
 MODEL = "DeepSeek-V4-Pro"
 PATHS = {"chat": "/v1/chat/completions", "messages": "/v1/messages", "responses": "/v1/responses"}
 
 
-class Recording(EchoBackend):
-    def __init__(self) -> None:
-        super().__init__(model=echo_model_card(MODEL))
-        self.seen: list[str | None] = []
-
-    async def generate(self, request_id: str, prompt_ids: Sequence[int],
-                       params: GenerationParams) -> AsyncIterator[GenerationDelta]:
-        self.seen.append(params.session_key)
-        async for d in super().generate(request_id, prompt_ids, params):
-            yield d
+def Recording() -> RecordingEcho:
+    return RecordingEcho(MODEL, "session_key")
 
 
 def _body(api: str, key: object) -> dict:
