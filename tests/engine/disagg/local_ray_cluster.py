@@ -1,7 +1,8 @@
 """A throw-away Ray cluster on this machine: a head node and worker nodes, each a `ray start --block` process.
 
-Each node runs in its own session (process group), with its own temp dir under `root`, free ports, a small
-object store and few CPUs. `stop()` ends each node by its own pid (SIGTERM: `ray start --block` then stops
+Each node runs in its own session (process group), with its log under `root`, free ports, a small object
+store and few CPUs; the nodes share a short temp dir in /tmp (Ray's socket paths must fit in 107 bytes),
+which `stop()` removes. `stop()` ends each node by its own pid (SIGTERM: `ray start --block` then stops
 the daemons it started), then SIGKILLs whatever is left in those process groups; nothing outside them is
 touched (no `ray stop`, which would end every Ray process of this user).
 """
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,6 +39,9 @@ def free_ports(n: int) -> list[int]:
 class LocalRayCluster:
     def __init__(self, root: Path, nodes: int = 2, cpus_per_node: int = 1, object_store_mb: int = 80) -> None:
         self.root = root
+        # Ray's socket paths live under its temp dir and must fit AF_UNIX's 107 bytes: pytest's own temp paths
+        # (/tmp/pytest-of-USER/pytest-N/popen-gwN/...) are too long on some machines, so the temp dir is short.
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
         self.procs: list[subprocess.Popen[bytes]] = []
         self.port = free_ports(1)[0]
         self.address = f"127.0.0.1:{self.port}"
@@ -55,7 +61,7 @@ class LocalRayCluster:
                "--node-manager-port", str(nm), "--object-manager-port", str(om),
                "--dashboard-agent-listen-port", str(agent_http), "--dashboard-agent-grpc-port", str(agent_grpc),
                "--runtime-env-agent-port", str(env_agent), "--metrics-export-port", str(metrics),
-               "--min-worker-port", str(lo), "--max-worker-port", str(lo + 40), "--temp-dir", str(self.root / "ray")]
+               "--min-worker-port", str(lo), "--max-worker-port", str(lo + 40), "--temp-dir", str(self.temp_dir)]
         if i == 0:
             cmd += ["--head", "--port", str(self.port), "--include-dashboard", "false",
                     "--dashboard-port", str(dash)]
@@ -100,6 +106,7 @@ class LocalRayCluster:
                 os.killpg(p.pid, signal.SIGKILL)  # the group this node's `ray start` led (its daemons)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(5)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def leftover_pids(self) -> list[int]:
         """Processes still in the nodes' process groups (none once `stop` is done)."""
