@@ -73,3 +73,26 @@ def test_default_placement_is_contiguous_and_padded() -> None:
     p = default_placement(5, 2)
     assert p.slots == ((0, 1, 2), (3, 4, EMPTY))
     p.check(max_physical=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(load=st.lists(st.integers(0, 10**4), min_size=2, max_size=48), ranks=st.integers(2, 12), budget=st.integers(0, 24))
+def test_no_single_swap_with_the_heaviest_rank_helps(load: list[float], ranks: int, budget: int) -> None:
+    """Brute force over every swap (and every move to a rank with a slot fewer) between the heaviest rank and
+    another: none lowers the heavier of the two below the heaviest rank's load (the refinement's end state)."""
+    p = plan_placement(load, ranks, budget)
+    reps = p.replicas()
+    held = [[e for e in rank if e != EMPTY] for rank in p.slots]
+    loads = p.rank_loads(load)
+    h = max(range(ranks), key=lambda r: loads[r])
+    for r in range(ranks):
+        if r == h:
+            continue
+        candidates = [b for b in held[r] if b not in held[h]] + ([None] if len(held[r]) < len(held[h]) else [])
+        for a in held[h]:
+            if a in held[r]:
+                continue
+            for b in candidates:
+                delta = load[a] / reps[a] - (load[b] / reps[b] if b is not None else 0.0)
+                if 0 < delta < loads[h] - loads[r]:
+                    assert max(loads[h] - delta, loads[r] + delta) >= loads[h] * (1 - 1e-9) - 1e-9
