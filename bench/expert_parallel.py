@@ -151,7 +151,7 @@ def main() -> None:
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--requests", type=int, default=24)
+    ap.add_argument("--requests", type=int, default=600, help="generations recorded; the plan is made on the first half and measured on the second")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     print(f"seed {seed}")
@@ -176,7 +176,11 @@ def main() -> None:
         load = torch.tensor([resampled(shares, 256, seed + ranks)])
         imbalance_rows("recorded shares, resampled", load, load, ranks, 32)
         p: Placement = plan_placement(load[0].tolist(), ranks, 32)
-        print(f"      slots per rank {p.slots_per_rank}, max replicas of one expert {max(p.replicas())}")
+        w = load[0].tolist()
+        bound = max(x / c for x, c in zip(w, p.replicas(), strict=True)) / (sum(w) / ranks)
+        print(f"      slots per rank {p.slots_per_rank}, max replicas of one expert {max(p.replicas())}; bound for "
+              f"this budget {max(1.0, bound):.2f} (the largest per-replica load / mean rank load: replica counts "
+              f"minimise it, and no placement of them can go below it)")
     print(f"2. all-to-all vs local expert compute per MoE layer (H=1024, I=256, 256 experts, top-8, "
           f"{args.tokens} tokens per rank, gloo, median of {args.iters}):")
     from recipe.engine.expert_parallel.process_group import run_ranks
