@@ -9,6 +9,11 @@ other is measured. Every request has a fresh prompt (a new number in it), on bot
 side is served from a prefix cache the other lacks. Figure: server overhead = the server's wall time per
 streamed token over the engine's, minus one, over all rounds; also TTFT and ITL p50/p99 of both paths.
 `--echo` adds the echo backend's server CPU per token (generation free: what the HTTP layer costs alone).
+`--vs-llama-cpp` adds a phase C to each round: llama.cpp (llama-cpp-python, installed by bench/engine_baselines.py)
+on the same GGUF with the same threads, one stream, greedy, the same fresh prompts (ids from the server's
+/tokenize) and output length; figure: the server's total tokens/s at --concurrency streams over llama.cpp's
+single stream. The engine's speed paths are chosen with --weight-format/--attention-backend/--decode-backend/
+--norm-backend, given alike to the server and to the in-process engine.
 
     .venv/bin/python bench/server.py --rounds 3 --duration 10 --concurrency 32 --max-tokens 32 --threads 2
 """
@@ -192,6 +197,22 @@ async def drive_engine(engine: object, tokenize: object, prompts: Prompts, concu
     return load
 
 
+def drive_llama_cpp(cpp: object, tokenize: object, prompts: Prompts, duration: float, max_tokens: int) -> Load:
+    """One llama.cpp stream for `duration` seconds: fresh prompts one after another, `max_tokens` each."""
+    load = Load()
+    queue = [tokenize(prompts.next()) for _ in range(64)]  # type: ignore[operator]
+    stop_at = time.perf_counter() + duration
+    t = time.perf_counter()
+    while time.perf_counter() < stop_at and queue:
+        first, per = cpp.decode(queue.pop(), max_tokens)  # type: ignore[attr-defined]
+        load.ttft.append(first)
+        load.itl += [per] * (max_tokens - 1)
+        load.tokens += max_tokens
+        load.requests += 1
+    load.elapsed = time.perf_counter() - t
+    return load
+
+
 def merge(loads: list[Load]) -> Load:
     out = Load()
     for x in loads:
@@ -226,6 +247,10 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch threads of each engine (default: all cores)")
     ap.add_argument("--kv-cache-bytes", type=int, default=512 << 20, help="KV memory of each engine")
     ap.add_argument("--echo", action="store_true", help="also measure the echo backend's server CPU per token")
+    ap.add_argument("--vs-llama-cpp", action="store_true",
+                    help="also run llama.cpp's single stream on the same GGUF each round (phase C)")
+    for flag in ("weight-format", "attention-backend", "decode-backend", "norm-backend"):
+        ap.add_argument(f"--{flag}", default=None, help=f"the engine's --{flag} (default: the engine's default)")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.echo:
@@ -233,11 +258,23 @@ def main() -> int:
 
     from recipe.engine import AsyncLLM
 
-    config: dict[str, int] = {"kv_cache_bytes": args.kv_cache_bytes, "max_num_seqs": max(64, args.concurrency)}
+    config: dict[str, int | str] = {"kv_cache_bytes": args.kv_cache_bytes, "max_num_seqs": max(64, args.concurrency)}
     flags = ["--kv-cache-bytes", str(args.kv_cache_bytes), "--max-num-seqs", str(config["max_num_seqs"])]
     if args.threads:
         config["num_threads"] = args.threads
         flags += ["--threads", str(args.threads)]
+    for name in ("weight_format", "attention_backend", "decode_backend", "norm_backend"):
+        if getattr(args, name):
+            config[name] = getattr(args, name)
+            flags += ["--" + name.replace("_", "-"), getattr(args, name)]
+    cpp = None
+    if args.vs_llama_cpp:
+        from engine_baselines import LlamaCpp
+        from recipe.engine.models.registry import smollm2_path
+
+        if args.model not in (None, "smollm2"):
+            raise SystemExit("--vs-llama-cpp runs on the demo model's GGUF only")
+        cpp = LlamaCpp(str(smollm2_path()), args.threads or len(os.sched_getaffinity(0)))
     srv = Server("engine", args.model, tuple(flags))
     engine = AsyncLLM(args.model or "smollm2", **config)
     prompts = Prompts()
@@ -250,16 +287,21 @@ def main() -> int:
 
     direct: list[Load] = []
     served: list[Load] = []
+    single: list[Load] = []
     try:
         # warm-up (not measured): one short phase each
         asyncio.run(drive_engine(engine, tokenize, prompts, args.concurrency, 2.0, args.max_tokens))
         asyncio.run(drive_server(srv.base, srv.model, prompts, args.concurrency, 2.0, args.max_tokens))
+        if cpp is not None:
+            drive_llama_cpp(cpp, tokenize, prompts, 2.0, args.max_tokens)
         rss0 = rss_mib(srv.proc.pid)
         for _ in range(args.rounds):
             direct.append(asyncio.run(drive_engine(engine, tokenize, prompts, args.concurrency, args.duration,
                                                    args.max_tokens)))
             served.append(asyncio.run(drive_server(srv.base, srv.model, prompts, args.concurrency, args.duration,
                                                    args.max_tokens)))
+            if cpp is not None:
+                single.append(drive_llama_cpp(cpp, tokenize, prompts, args.duration, args.max_tokens))
         rss1 = rss_mib(srv.proc.pid)
     finally:
         tokenizer.close()
@@ -274,6 +316,11 @@ def main() -> int:
     print(f"server overhead at {args.concurrency} streams, {args.rounds} interleaved rounds: "
           f"{(per_b / per_a - 1) * 100:+.2f}% wall time per token through the server "
           f"({per_b * 1e3:.3f} ms vs {per_a * 1e3:.3f} ms straight to the engine); per round: {rounds}")
+    if single:
+        c = merge(single)
+        print(c.summary("llama.cpp, 1 stream"))
+        print(f"server at {args.concurrency} streams vs llama.cpp's single stream (same GGUF, threads, prompts and "
+              f"output length): {(b.tokens / b.elapsed) / (c.tokens / c.elapsed):.2f}x total tokens/s")
     return 1 if (a.errors or b.errors) else 0
 
 
