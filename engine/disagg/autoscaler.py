@@ -3,6 +3,9 @@
 `Autoscaler.observe(metrics, now)` is the policy, a pure function of the metric stream and its own state:
 - prefill pressure = max(queued prompt tokens per prefill worker / `queue_tokens_high`, TTFT p90 / TTFT SLO);
 - decode pressure = max(decode KV use / `kv_high`, TPOT p90 / TPOT SLO);
+  a latency percentile counts only while its role has work (prompt tokens queued; KV in use): the rolling
+  p90 lags the load, and a worker moved to a role with nothing waiting cannot help (a live run moved one
+  to prefill on a 58 s TTFT p90 left over from a backlog already gone, and back 34 s later);
 - a move prefill -> decode is wanted when decode pressure > 1 and prefill pressure < `low` (and the other
   way round), and only when it would leave `min_per_role` workers in the role it leaves;
 - hysteresis: the same want must hold for `confirm` consecutive observations; a cooldown of `cooldown_s`
@@ -55,8 +58,10 @@ class Decision:
 
 
 def pressures(m: LiveMetrics, p: AutoscalerPolicy) -> tuple[float, float]:
-    pre = max(m.prefill_queue_tokens / max(1, m.prefill_workers) / p.queue_tokens_high, m.ttft_p90_s / p.ttft_slo_s)
-    dec = max(m.decode_kv_usage / p.kv_high, m.tpot_p90_s / p.tpot_slo_s)
+    ttft = m.ttft_p90_s / p.ttft_slo_s if m.prefill_queue_tokens > 0 else 0.0
+    tpot = m.tpot_p90_s / p.tpot_slo_s if m.decode_kv_usage > 0 else 0.0
+    pre = max(m.prefill_queue_tokens / max(1, m.prefill_workers) / p.queue_tokens_high, ttft)
+    dec = max(m.decode_kv_usage / p.kv_high, tpot)
     return pre, dec
 
 

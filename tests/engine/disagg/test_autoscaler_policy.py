@@ -37,6 +37,18 @@ def test_decode_pressure_moves_a_prefill_worker() -> None:
     assert decisions[2] is not None and (decisions[2].from_role, decisions[2].to_role) == ("prefill", "decode")
 
 
+def test_a_lagging_percentile_moves_nothing_to_a_role_without_work() -> None:
+    """A TTFT p90 left over from a backlog that is gone (empty prefill queue), or a TPOT p90 with no decode KV
+    in use, is no reason to move a worker: it would find nothing to do."""
+    a = Autoscaler(POLICY)
+    for t in range(10):
+        assert a.observe(metrics(queue=0, ttft=50.0, kv=0.1, tpot=0.01), float(t)) is None
+        assert a.observe(metrics(queue=10, ttft=0.1, kv=0.0, tpot=5.0), float(t)) is None
+    b = Autoscaler(POLICY)  # the same latency with work waiting does move one
+    assert [b.observe(metrics(queue=10, ttft=50.0, kv=0.1, tpot=0.01), float(t)) is not None for t in range(3)] == \
+        [False, False, True]
+
+
 def test_an_interrupted_streak_starts_over() -> None:
     a = Autoscaler(POLICY)
     hot, calm = metrics(queue=5000, kv=0.1), metrics()
