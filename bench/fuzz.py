@@ -49,9 +49,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(backend: str, port: int, log: Path, db: Path, kv_cache_bytes: int) -> subprocess.Popen[bytes]:
+def start_server(backend: str, port: int, log: Path, db: Path, kv_cache_bytes: int,
+                 server_args: list[str]) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "recipe.cli", "serve", "--port", str(port), "--responses-db", str(db),
-           "--log-level", "warning", "--backend", backend]
+           "--log-level", "warning", "--backend", backend, *server_args]
     if backend == "echo":
         cmd += ["--served-model-name", "echo", "--max-model-len", "4096"]
     else:
@@ -120,6 +121,8 @@ def main() -> int:
                          "memory, too much on a shared machine)")
     ap.add_argument("--max-tokens-cap", type=int, default=None,
                     help="bring every valid generation length down to at most this (default: 16 with the engine)")
+    ap.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                    help="pass ARG on to `recipe serve` (repeatable), e.g. --server-arg=--malloc-arena-max=0")
     args = ap.parse_args()
 
     cap = args.max_tokens_cap if args.max_tokens_cap is not None else (16 if args.backend == "engine" else None)
@@ -128,7 +131,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="recipe-fuzz-"))
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = start_server(args.backend, port, tmp / "server.log", tmp / "responses.sqlite3", args.kv_cache_bytes)
+    proc = start_server(args.backend, port, tmp / "server.log", tmp / "responses.sqlite3", args.kv_cache_bytes,
+                        args.server_arg)
     problems: collections.Counter[str] = collections.Counter()
     examples: dict[str, str] = {}
     statuses: collections.Counter[int] = collections.Counter()
@@ -185,7 +189,7 @@ def main() -> int:
             proc.wait()
     log = (tmp / "server.log").read_text(errors="replace")
     summary = {
-        "backend": args.backend, "max_tokens_cap": cap, "requests": sent, "requests_per_api": {a: (sent + 2 - i) // 3 for i, a in enumerate(APIS)}, "per_api": args.per_api, "seconds": round(time.time() - t0, 1),
+        "backend": args.backend, "server_args": args.server_arg, "max_tokens_cap": cap, "requests": sent, "requests_per_api": {a: (sent + 2 - i) // 3 for i, a in enumerate(APIS)}, "per_api": args.per_api, "seconds": round(time.time() - t0, 1),
         "statuses": dict(sorted(statuses.items())), "generators": dict(hows), "problems": dict(problems),
         "examples": examples, "5xx": sum(n for s, n in statuses.items() if s >= 500),
         "tracebacks_in_server_log": log.count("Traceback"), "healthy_after": healthy,
