@@ -71,7 +71,7 @@ def create_app(config: ServerConfig, backend: Backend, *, parts: ProtocolParts |
     pipeline = Pipeline(
         parts or load_protocol_parts(), backend, metrics, admission,
         served_names=names, request_timeout_s=config.request_timeout_s, retry_after_s=config.retry_after_s,
-        compile_timeout_s=config.constraint_compile_timeout_s,
+        compile_timeout_s=config.constraint_compile_timeout_s, constraint_memo_bytes=config.constraint_memo_bytes,
     )
     store = ResponseStore(config.responses_db)
     state = ServerState(config, backend, pipeline, metrics, store, names)

@@ -59,6 +59,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--heap-trim-interval", type=float, default=30.0, metavar="SECONDS",
                    help="after requests, hand freed heap back to the OS (glibc malloc_trim) at most this often; "
                         "0 turns it off")
+    p.add_argument("--constraint-memo-mib", type=float, default=64.0, metavar="MIB",
+                   help="keep compiled output constraints (schemas, regexes, tool lists) asked for at least twice, "
+                        "up to this many MiB (default 64); 0 compiles every request's afresh")
     p.add_argument("--malloc-arena-max", type=int, default=2, metavar="N",
                    help="glibc malloc arenas for the whole server (default 2): fewer arenas keep memory freed "
                         "by requests from piling up in per-thread heaps; 0 keeps glibc's default (8 per core)")
@@ -155,7 +158,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         responses_db=args.responses_db, max_body_bytes=args.max_body_bytes, max_pending_requests=args.max_pending,
         request_timeout_s=args.request_timeout, header_timeout_s=args.header_timeout,
         body_timeout_s=args.body_timeout, heap_trim_interval_s=args.heap_trim_interval,
-        malloc_arena_max=args.malloc_arena_max,
+        malloc_arena_max=args.malloc_arena_max, constraint_memo_bytes=int(args.constraint_memo_mib * 1024 * 1024),
         stream_stall_timeout_s=args.stream_stall_timeout, drain_timeout_s=args.drain_timeout, metrics_prefix=args.metrics_prefix,
         **kv_server_config(args),
     )

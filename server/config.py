@@ -48,6 +48,7 @@ class ServerConfig:
     header_timeout_s: float = 10.0  # a connection must finish sending its request headers within this
     body_timeout_s: float = 60.0  # ... and its request body within this after the headers (408 past it)
     heap_trim_interval_s: float = 30.0  # give freed heap back to the OS this often after activity (0: off)
+    constraint_memo_bytes: int = 64 * 1024 * 1024  # compiled output constraints asked for twice (0: off)
     malloc_arena_max: int = 2  # glibc malloc arenas for the whole process (0: glibc's default, 8 per core)
     kv_retention_by_api: tuple[tuple[str, str], ...] = ()  # (api, retention class): see kv_retention.py
     kv_retention_by_key: tuple[tuple[str, str], ...] = ()  # (API key, retention class)
@@ -64,6 +65,8 @@ class ServerConfig:
             raise ValueError("timeouts must be positive")
         if self.heap_trim_interval_s < 0:
             raise ValueError("heap_trim_interval_s must be 0 (off) or positive")
+        if self.constraint_memo_bytes < 0:
+            raise ValueError("constraint_memo_bytes must be 0 (off) or positive")
         if self.malloc_arena_max < 0:
             raise ValueError("malloc_arena_max must be 0 (glibc's default) or positive")
         if any(not k for k in self.api_keys):

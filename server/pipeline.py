@@ -14,7 +14,6 @@ import hashlib
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +27,7 @@ from recipe.server.backend import (
     GenerationDelta,
     GenerationParams,
 )
+from recipe.server.constraint_memo import ConstraintMemo
 from recipe.server.errors import Api, ApiError
 from recipe.server.limits import Admission, queue_full
 from recipe.server.metrics import RequestTimer, ServerMetrics
@@ -92,6 +92,7 @@ class Pipeline:
         retry_after_s: int = 1,
         offload_bytes: int = 64 * 1024,
         compile_timeout_s: float = 10.0,
+        constraint_memo_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.parts = parts
         self.backend = backend
@@ -100,7 +101,7 @@ class Pipeline:
         self.served_names = served_names
         self.request_timeout_s = request_timeout_s
         self.retry_after_s = retry_after_s
-        self._constraints: OrderedDict[Any, Any] = OrderedDict()
+        self.constraint_memo = ConstraintMemo(constraint_memo_bytes)
         self.offload_bytes = offload_bytes
         self.compile_timeout_s = compile_timeout_s
         card = backend.model
@@ -186,21 +187,18 @@ class Pipeline:
         thinking = fmt != "chatml" and request.parsing_options.thinking_initial_stage is not None
         single = single_tool_call and oc.kind in ("tool_call", "tool_call_required")
         key = (oc, thinking, single)
-        cached = self._constraints.get(key)
+        cached = self.constraint_memo.get(key)
         if cached is not None:
-            self._constraints.move_to_end(key)
             return cached
         try:
-            compiled = await asyncio.to_thread(
+            compiled = await asyncio.to_thread(  # the memo is the only cache: the compiler's own is bypassed
                 constraints.from_output_constraint, oc, self.backend.model.tokenizer,
                 tool_format=tool_format, thinking=thinking, single_tool_call=single,
-                timeout_s=self.compile_timeout_s,
+                timeout_s=self.compile_timeout_s, cache=None,
             )
         except constraints.ConstraintError as exc:
             raise ApiError(400, f"Cannot enforce the requested output format: {exc}") from None
-        self._constraints[key] = compiled
-        while len(self._constraints) > 64:
-            self._constraints.popitem(last=False)
+        self.constraint_memo.put(key, compiled, len(oc.schema))
         return compiled
 
     def resolve_max_tokens(self, request: Any, prompt_tokens: int) -> int:
