@@ -56,6 +56,26 @@ class Compressor(nn.Module):
         pooled = (kv * gate.softmax(dim=1, dtype=torch.float32).to(kv.dtype)).sum(dim=1)
         return rotate_tail(self.kv_norm(pooled), cos, sin)
 
+    def pool_windows(self, records: torch.Tensor, has_prev: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                     ) -> torch.Tensor:
+        """One entry per row of independent windows, as `pool` computes it: records [P, S * rate, width] of one
+        window each (S = 1), or with overlap of the previous window then the window (S = 2; the previous
+        window's records are ignored where `has_prev` [P] is False). cos/sin: each entry's RoPE -> [P, dim]."""
+        m, width = self.rate, self.kv_proj.out_features
+        kv, gate = records.view(records.shape[0], -1, m, 2 * width).split(width, dim=-1)
+        gate = gate + self.position_bias.to(gate.dtype)
+        if self.overlap:
+            d = self.dim
+            keep = has_prev.view(-1, 1, 1)
+            prev_kv = torch.where(keep, kv[:, 0, :, :d], 0.0)
+            prev_gate = torch.where(keep, gate[:, 0, :, :d], float("-inf"))
+            kv = torch.cat((prev_kv, kv[:, 1, :, d:]), dim=1)
+            gate = torch.cat((prev_gate, gate[:, 1, :, d:]), dim=1)
+        else:
+            kv, gate = kv[:, 0], gate[:, 0]
+        pooled = (kv * gate.softmax(dim=1, dtype=torch.float32).to(kv.dtype)).sum(dim=1)
+        return rotate_tail(self.kv_norm(pooled), cos, sin)
+
 
 class Indexer(nn.Module):
     """The lightning indexer of compressed sparse attention."""
@@ -89,5 +109,18 @@ class Indexer(nn.Module):
         picks = scores.topk(min(self.top_k, e), dim=-1).indices
         valid = picks < complete[:, None]
         spill = torch.zeros((n, e + 1), dtype=torch.bool, device=q.device)  # invalid picks land in column e
+        spill.scatter_(1, torch.where(valid, picks, e), True)
+        return spill[:, :e]
+
+    def select_rows(self, q: torch.Tensor, w: torch.Tensor, keys: torch.Tensor, complete: torch.Tensor
+                    ) -> torch.Tensor:
+        """`select` for rows with keys of their own: q [B, heads, head_dim], w [B, heads], keys [B, E, head_dim],
+        complete bool [B, E] (the entries each row may pick) -> bool [B, E]."""
+        b, e = complete.shape
+        scores = torch.relu(torch.matmul(q, keys.float().transpose(1, 2))) * self.head_dim**-0.5  # [B, heads, E]
+        scores = (scores * w.unsqueeze(-1)).sum(dim=1).masked_fill(~complete, float("-inf"))  # [B, E]
+        picks = scores.topk(min(self.top_k, e), dim=-1).indices
+        valid = complete.gather(1, picks)
+        spill = torch.zeros((b, e + 1), dtype=torch.bool, device=q.device)  # invalid picks land in column e
         spill.scatter_(1, torch.where(valid, picks, e), True)
         return spill[:, :e]

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from recipe.engine.layers.compressor import Compressor, Indexer
 from recipe.engine.layers.hyper_connections import unweighted_rms_norm
 from recipe.engine.layers.rmsnorm import RMSNorm
-from recipe.engine.layers.v4_kv import PagedRows, V4Plan
+from recipe.engine.layers.v4_decode_rows import DecodeRows, decode_rows
+from recipe.engine.layers.v4_kv import PagedRows, V4Plan, V4Span
 from recipe.engine.layers.v4_rope import V4Rotary, rotate_tail
 from torch import nn
 
@@ -26,9 +27,10 @@ SLIDING, CSA, HCA = "sliding_attention", "compressed_sparse_attention", "heavily
 
 def attend_with_sinks(q: torch.Tensor, keys: torch.Tensor, visible: torch.Tensor, sinks: torch.Tensor,
                       scale: float) -> torch.Tensor:
-    """q [n, H, D] over shared keys=values [K, D]; visible bool [n, K]; one sink logit per head -> [n, H, D]."""
+    """q [n, H, D] over shared keys=values [K, D] (or each row's own [n, K, D]); visible bool [n, K]; one sink
+    logit per head -> [n, H, D]."""
     n, heads, _ = q.shape
-    logits = torch.matmul(q, keys.t()) * scale  # [n, H, K]
+    logits = torch.matmul(q, keys.transpose(-1, -2)) * scale  # [n, H, K]
     logits = logits.masked_fill(~visible[:, None, :], float("-inf"))
     logits = torch.cat((logits, sinks.to(logits.dtype).view(1, heads, 1).expand(n, heads, 1)), dim=-1)
     logits = logits - logits.max(dim=-1, keepdim=True).values
@@ -97,6 +99,8 @@ class V4Attention(nn.Module):
         q = rotate_tail(q, cos, sin)
         kv = rotate_tail(self.kv_norm(self.kv_proj(x)), cos, sin)
         rows = [kv]
+        iq: torch.Tensor | None = None
+        iw: torch.Tensor | None = None
         if self.compressor is not None:
             rows.append(self.compressor.records(x))
         if self.indexer is not None:
@@ -105,35 +109,91 @@ class V4Attention(nn.Module):
         new_rows = torch.cat(rows, dim=-1)
         out = torch.empty_like(q)
         assert self.window_rows is not None, "the KV cache was not allocated"
-        for span in plan.spans:
-            s, e, p0 = span.start, span.end, span.pos0
-            p1 = p0 + e - s
-            wtable = span.tables[window_kind]
-            lo = max(0, p0 - self.lookback, span.window_from)  # no window rows below window_from
-            past = self.window_rows.read(wtable, lo, p0)
-            seq_rows = torch.cat((past, new_rows[s:e]), dim=0)  # positions [lo, p1)
-            # every new row is written, even those this sequence never reads again: a prefix hit ending
-            # inside this step's tokens reads them
-            self.window_rows.write(wtable, p0, new_rows[s:e])
-            qpos = positions[s:e]
-            kpos = torch.arange(lo, p1, device=x.device)
-            visible = (kpos[None, :] <= qpos[:, None]) & (kpos[None, :] > qpos[:, None] - self.window)
-            keys = seq_rows[:, : self.head_dim]
-            if self.compressor is not None:
-                assert compressed_kind is not None and self.compressed_rows is not None
-                entries, entry_visible = self._compressed(
-                    seq_rows, lo, p0, p1, span.tables[compressed_kind], qpos, cos[s:e], sin[s:e],
-                    iq[s:e] if self.indexer is not None else None, iw[s:e] if self.indexer is not None else None,
-                    compress_rope, span.compressed_until,
-                )
-                keys = torch.cat((keys, entries), dim=0)
-                visible = torch.cat((visible, entry_visible), dim=1)
-            out[s:e] = attend_with_sinks(q[s:e], keys, visible, self.sinks, self.head_dim**-0.5)
+        decode = decode_rows(plan, window_kind, self.window_rows.block_size, self.window)
+        for span in plan.spans if decode is None else decode.others:
+            s, e = span.start, span.end
+            out[s:e] = self._attend_span(span, q[s:e], new_rows[s:e], positions[s:e], cos[s:e], sin[s:e],
+                                         None if iq is None else iq[s:e], None if iw is None else iw[s:e],
+                                         window_kind, compressed_kind, compress_rope)
+        if decode is not None:
+            got = self._attend_decode(decode, q, new_rows, iq, iw, compressed_kind, compress_rope)
+            if decode.all_rows:
+                out = got
+            else:
+                out.index_copy_(0, decode.rows, got)
         out = rotate_tail(out, cos, -sin)
         grouped = out.reshape(n, self.o_groups, -1)
         weight = self.o_a_proj.weight.view(self.o_groups, -1, grouped.shape[-1])
         grouped = torch.bmm(grouped.transpose(0, 1), weight.transpose(1, 2)).transpose(0, 1)
         return self.o_b_proj(grouped.reshape(n, -1))
+
+    def _attend_span(self, span: V4Span, q: torch.Tensor, new_rows: torch.Tensor, qpos: torch.Tensor,
+                     qcos: torch.Tensor, qsin: torch.Tensor, iq: torch.Tensor | None, iw: torch.Tensor | None,
+                     window_kind: str, compressed_kind: str | None, compress_rope: V4Rotary) -> torch.Tensor:
+        """The reference: one sequence's tokens (its rows of q, new_rows, positions, RoPE and indexer queries)
+        write their rows and attend -> [n, H, D]."""
+        assert self.window_rows is not None
+        p0 = span.pos0
+        p1 = p0 + span.end - span.start
+        wtable = span.tables[window_kind]
+        lo = max(0, p0 - self.lookback, span.window_from)  # no window rows below window_from
+        past = self.window_rows.read(wtable, lo, p0)
+        seq_rows = torch.cat((past, new_rows), dim=0)  # positions [lo, p1)
+        # every new row is written, even those this sequence never reads again: a prefix hit ending
+        # inside this step's tokens reads them
+        self.window_rows.write(wtable, p0, new_rows)
+        kpos = torch.arange(lo, p1, device=q.device)
+        visible = (kpos[None, :] <= qpos[:, None]) & (kpos[None, :] > qpos[:, None] - self.window)
+        keys = seq_rows[:, : self.head_dim]
+        if self.compressor is not None:
+            assert compressed_kind is not None and self.compressed_rows is not None
+            entries, entry_visible = self._compressed(
+                seq_rows, lo, p0, p1, span.tables[compressed_kind], qpos, qcos, qsin, iq, iw, compress_rope,
+                span.compressed_until,
+            )
+            keys = torch.cat((keys, entries), dim=0)
+            visible = torch.cat((visible, entry_visible), dim=1)
+        return attend_with_sinks(q, keys, visible, self.sinks, self.head_dim**-0.5)
+
+    def _attend_decode(self, decode: DecodeRows, q: torch.Tensor, new_rows: torch.Tensor, iq: torch.Tensor | None,
+                       iw: torch.Tensor | None, compressed_kind: str | None, compress_rope: V4Rotary) -> torch.Tensor:
+        """The decode rows at once (what `_attend_span` computes for each): write their rows, pool the windows
+        they complete, gather window keys and compressed entries through the step's slots -> [B, H, D]."""
+        assert self.window_rows is not None
+        d, rows = self.head_dim, decode.rows
+        if not decode.all_rows:
+            q, new_rows = q.index_select(0, rows), new_rows.index_select(0, rows)
+            iq = None if iq is None else iq.index_select(0, rows)
+            iw = None if iw is None else iw.index_select(0, rows)
+        flat = self.window_rows.flat
+        flat.index_copy_(0, decode.write_slots, new_rows.to(flat.dtype))
+        b, w = decode.window_slots.shape
+        keys = flat[:, :d].index_select(0, decode.window_slots.view(-1)).view(b, w, d)
+        visible = decode.window_visible
+        if self.compressor is not None:
+            assert compressed_kind is not None and self.compressed_rows is not None
+            cflat = self.compressed_rows.flat
+            c = decode.compressed(compressed_kind, self.compressed_rows.block_size, self.rate, self.indexer is not None)
+            num_pooled = c.pool_rows.shape[0]
+            if num_pooled:
+                records = flat.index_select(0, c.record_slots.view(-1)).view(num_pooled, -1, flat.shape[1])
+                ccos, csin = compress_rope.cos_sin(c.window_pos, q.dtype)
+                main_w = self.compressor.record_width
+                new = [self.compressor.pool_windows(records[..., d : d + main_w], c.has_prev, ccos, csin)]
+                if self.indexer is not None:
+                    new.append(self.indexer.compressor.pool_windows(records[..., d + main_w :], c.has_prev, ccos, csin))
+                cflat.index_copy_(0, c.write_slots, torch.cat(new, dim=-1).to(cflat.dtype))
+            e = c.entry_slots.shape[1]
+            if e:
+                stored = cflat.index_select(0, c.entry_slots.view(-1)).view(b, e, cflat.shape[1])
+                if self.indexer is None:
+                    entry_visible = c.entry_valid
+                else:
+                    assert iq is not None and iw is not None
+                    entry_visible = self.indexer.select_rows(iq, iw, stored[..., d:], c.entry_valid)
+                keys = torch.cat((keys, stored[..., :d]), dim=1)
+                visible = torch.cat((visible, entry_visible), dim=1)
+        return attend_with_sinks(q, keys, visible, self.sinks, self.head_dim**-0.5)
 
     def _compressed(self, seq_rows: torch.Tensor, lo: int, p0: int, p1: int, table: torch.Tensor,
                     qpos: torch.Tensor, qcos: torch.Tensor, qsin: torch.Tensor, iq: torch.Tensor | None,

@@ -14,7 +14,8 @@ copying block b of every layer is one indexed copy.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -58,8 +59,14 @@ class V4Span:
 
 @dataclass(frozen=True)
 class V4Plan:
+    """One step's spans. `batched`: the decode rows attend in one batched call per layer (`v4_decode_rows.py`,
+    `attention_backend="batched"`) instead of the per-sequence reference loop; `memo` keeps what the layers
+    share within the step (the decode rows' slots)."""
+
     spans: tuple[V4Span, ...]
     block_size: int
+    batched: bool = False
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 class PagedRows:

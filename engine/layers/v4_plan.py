@@ -1,5 +1,6 @@
 """The V4 step plan built from the runner's attention context: one span per sequence with the block table
-of every cache kind (and, under `REPLAY_BOUNDS`, a replaying sequence's bounds; -1 padded: none)."""
+of every cache kind (and, under `REPLAY_BOUNDS`, a replaying sequence's bounds; -1 padded: none). The
+"batched" attention backend batches the decode rows; "reference" and "native" keep the per-sequence loop."""
 
 from __future__ import annotations
 
@@ -19,4 +20,4 @@ def plan_from_context() -> V4Plan:
         window_from, compressed_until = (0, 0) if bounds is None else (int(bounds[i, 0]), int(bounds[i, 1]))
         spans.append(V4Span(start, start + q, c - q, kinds, max(0, window_from), max(0, compressed_until)))
         start += q
-    return V4Plan(tuple(spans), ctx.block_size)
+    return V4Plan(tuple(spans), ctx.block_size, batched=ctx.attention_backend == "batched")

@@ -26,8 +26,11 @@ def prompts() -> list[list[int]]:
         torch.randint(2, 96, (n,), generator=g).tolist() for n in (5, 19)]
 
 
-@pytest.mark.parametrize("async_scheduling", [False, True])
-def test_llm_generate_equals_transformers_with_every_cache_feature(v4_dir: Path, async_scheduling: bool) -> None:
+@pytest.mark.parametrize(("async_scheduling", "attention_backend"),
+                         [(False, "reference"), (True, "reference"), (False, "batched"), (True, "batched")])
+def test_llm_generate_equals_transformers_with_every_cache_feature(v4_dir: Path, async_scheduling: bool,
+                                                                   attention_backend: str) -> None:
+    """The reference attention (one call per sequence) and the batched decode rows alike."""
     from recipe.engine import LLM, SamplingParams
     from recipe.engine.kv_kinds import MultiKindBlockManager
     from transformers import DeepseekV4ForCausalLM
@@ -36,7 +39,7 @@ def test_llm_generate_equals_transformers_with_every_cache_feature(v4_dir: Path,
     ps = prompts()
     want = [hf_greedy(hf, p, NEW) for p in ps]
     llm = LLM(str(v4_dir), block_size=4, num_kv_blocks=10, max_num_seqs=4, max_num_batched_tokens=8, num_threads=1,
-              async_scheduling=async_scheduling)
+              async_scheduling=async_scheduling, attention_backend=attention_backend)
     try:
         params = SamplingParams(temperature=0.0, max_tokens=NEW, ignore_eos=True)
         first = llm.generate(ps, params)

@@ -6,6 +6,7 @@ released as they slide out, and with several sequences in one step."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -73,3 +74,54 @@ def test_batched_sequences_match_alone(checkpoint: tuple[str, Path]) -> None:
     got_a, got_b = together.step([(0, 20, a[20:]), (1, 0, b)])
     assert torch.allclose(got_a, ref_a[1], atol=ATOL, rtol=0)
     assert torch.allclose(got_b, ref_b[0], atol=ATOL, rtol=0)
+
+
+def test_batched_decode_matches_transformers(checkpoint: tuple[str, Path], greedy_run: tuple[list[int], list[int],
+                                             list[torch.Tensor]]) -> None:
+    """The "batched" attention backend's decode rows (`v4_decode_rows.py`) give transformers' logits too."""
+    pattern, path = checkpoint
+    prompt, tokens, ref = greedy_run
+    driver = V4Driver(load_engine_v4(path), batched=True)
+    got = [driver.step([(0, 0, prompt)])[0]]
+    got += [driver.step([(0, PROMPT + i, [tokens[PROMPT + i]])])[0] for i in range(DECODE)]
+    for step, (a, b) in enumerate(zip(ref, got, strict=True)):
+        assert torch.allclose(a, b, atol=ATOL, rtol=0), f"{pattern}, step {step}: {(a - b).abs().max():.2e}"
+
+
+def test_batched_decode_equals_the_reference(checkpoint: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight sequences at staggered positions (prompts of 1 to 30 tokens, so rows complete compression
+    windows at different steps), one of them prefilling in a step of decodes and a 1-token prompt among
+    prefills: the batched decode rows give the per-sequence reference's logits (fp32 rounding only) and the
+    same greedy tokens."""
+    from recipe.engine.layers.v4_attention import V4Attention
+
+    batched_rows = []
+    attend_decode = V4Attention._attend_decode
+
+    def spy(self: V4Attention, decode: Any, *args: Any) -> torch.Tensor:
+        batched_rows.append(len(decode.spans))
+        return attend_decode(self, decode, *args)
+
+    monkeypatch.setattr(V4Attention, "_attend_decode", spy)
+    pattern, path = checkpoint
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(2, 96, (n,), generator=g).tolist() for n in (1, 3, 7, 8, 15, 16, 21, 30)]
+    reference, batched = V4Driver(load_engine_v4(path)), V4Driver(load_engine_v4(path), batched=True)
+    tokens = [list(p) for p in prompts]
+    late = 1  # prefills (3 tokens) at step 3, among decode rows; the 1-token prompt is a decode row at once
+    early = [i for i in range(8) if i != late]
+    first = [reference.step([(i, 0, prompts[i]) for i in early]), batched.step([(i, 0, prompts[i]) for i in early])]
+    for i, a, b in zip(early, *first, strict=True):
+        assert torch.allclose(a, b, atol=ATOL, rtol=0)
+        tokens[i].append(int(a[-1].argmax()))
+    for step in range(16):
+        work = [(i, len(tokens[i]) - 1, [tokens[i][-1]]) for i in range(8) if i != late or step > 3]
+        if step == 3:
+            work.insert(late, (late, 0, prompts[late]))
+        want, got = reference.step(work), batched.step(work)
+        for (seq, _, _), a, b in zip(work, want, got, strict=True):
+            assert torch.allclose(a, b, atol=ATOL, rtol=0), f"{pattern}, step {step}: {(a - b).abs().max():.2e}"
+            assert int(a[-1].argmax()) == int(b[-1].argmax())
+            tokens[seq].append(int(a[-1].argmax()))
+    assert reference.released > 0 and batched.released == reference.released
+    assert set(batched_rows) == {1, 7, 8}, "the batched path did not run on every kind of step"

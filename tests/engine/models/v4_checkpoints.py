@@ -124,8 +124,9 @@ class V4Driver:
     """Runs sequences through the engine model: each sequence owns blocks of every kind (disjoint per
     sequence); after every step the window blocks wholly before the lookback are released."""
 
-    def __init__(self, model: DeepseekV4ForCausalLM, block_size: int = 4) -> None:
-        self.model, self.bs = model, block_size
+    def __init__(self, model: DeepseekV4ForCausalLM, block_size: int = 4, batched: bool = False) -> None:
+        """`batched`: the decode rows attend in one batched call per layer (the "batched" attention backend)."""
+        self.model, self.bs, self.batched = model, block_size, batched
         self.specs = {s.name: s for s in model.cache_specs()}
         self.next_block = dict.fromkeys(self.specs, 0)
         self.tables: dict[int, dict[str, torch.Tensor]] = {}
@@ -149,7 +150,7 @@ class V4Driver:
             ids += toks
             pos += list(range(p0, p0 + len(toks)))
             row += len(toks)
-        hidden = self.model(torch.tensor(ids), torch.tensor(pos), V4Plan(tuple(spans), self.bs))
+        hidden = self.model(torch.tensor(ids), torch.tensor(pos), V4Plan(tuple(spans), self.bs, self.batched))
         logits = self.model.compute_logits(hidden)
         lookback = self.specs["window"].window
         assert lookback is not None
