@@ -6,11 +6,13 @@ Figures (medians, ratios against the anchors measured in the same run):
   xgrammar (JSON Schema semantics, `strict_mode=False`, like the others) used directly on the raw schemas.
   Every engine gets the same inputs: the suite's remote documents reach Recipe as `resources` and the
   direct engines embedded in the schema (`$defs` entries with their `$id`), their only way in;
-* six bench schemas (flat, nested, refs_anyof, large_50, any_object, long_string): compile time
+* seven bench schemas (flat, nested, refs_anyof, large_50, any_object, long_string, free_text): compile time
   (schema → ready matcher), per-token mask time (mean, p99) over 129,280 ids while walking a valid
   instance, compiled size. `recipe-raw` walks Recipe's own compiled grammar with the llguidance matcher
   called directly, so the gap to `recipe` is the cost of Recipe's matcher layer (EOS bits, checks; its start-state
-  mask is a copy, so that layer can also save time).
+  mask is a copy, so that layer can also save time). `recipe-no-reuse` is Recipe with the mask reuse inside
+  free JSON strings off (`string_masks`); the figure over the six schemas before free_text was added is
+  printed too, for comparison with earlier runs.
 
 Usage: .venv/bin/python bench/constraints.py [--quick] [--masks-only] [--clock wall|thread] [--write-figures] [--table]
 (--write-figures records the suite table in tests/constraints/suite_figures.json, which a test keeps from falling.)
@@ -108,6 +110,9 @@ def bench_schemas() -> dict[str, tuple[Any, Any]]:
         props[f"field_{i:02d}"] = sch
         inst50[f"field_{i:02d}"] = val
     large = {"type": "object", "properties": props, "required": [f"field_{i:02d}" for i in range(0, 50, 2)]}
+    free_text = {"type": "object", "properties": {"title": {"type": "string"}, "body": {"type": "string"},
+                                                  "tags": {"type": "array", "items": {"type": "string"}}},
+                 "required": ["title", "body"]}
     any_object = {"type": "object"}
     long_string = {"type": "string", "maxLength": 2000}
     return {
@@ -123,6 +128,9 @@ def bench_schemas() -> dict[str, tuple[Any, Any]]:
         "any_object": (any_object, {"a": [1, 2, {"b": None, "c": "text"}], "d": {"e": {"f": [True, False]}},
                                     "g": -1.5e3}),
         "long_string": (long_string, "The quick brown fox jumps over the lazy dog. " * 12),
+        "free_text": (free_text, {"title": "Notes from the meeting", "body": (
+            "We went through the release plan line by line.\nOpen points: the \"fast path\" for masks, "
+            "the stream parser, and 数据 export. ") * 4, "tags": ["release", "planning"]}),
     }
 
 
@@ -141,8 +149,10 @@ class RecipeEngine:
     def compile(self, schema: Any) -> Any:
         return compile_constraint("json_schema", schema, self.tok, strict=False, cache=None)
 
+    reuse_string_masks = True
+
     def walk(self, compiled: Any, ids: list[int]) -> list[float]:
-        m = compiled.matcher()
+        m = compiled.matcher(reuse_string_masks=self.reuse_string_masks)
         mask = compiled.allocate_bitmask()
         times = []
         for t in ids:
@@ -154,6 +164,16 @@ class RecipeEngine:
 
     def size(self, compiled: Any) -> int:
         return int(compiled.size_bytes)
+
+
+class RecipeNoStringReuse(RecipeEngine):
+    """Recipe with the mask reuse inside free JSON strings turned off (`string_masks`): the A/B of that reuse."""
+
+    name = "recipe-no-reuse"
+    reuse_string_masks = False
+
+    def __init__(self, tok: Any) -> None:
+        self.tok = tok
 
 
 class RecipeRawCompute(RecipeEngine):
@@ -371,11 +391,13 @@ def run_suite_figures(args: Any, tok: Any, remotes: Any, engines: list[Any]) -> 
 def bench_masks(tok: Any, engines: list[Any], reps: int, walks: int) -> None:
     """Compile time and per-token mask time on the bench schemas, Recipe against the direct engines."""
     print("\nbench schemas (compile ms median; mask µs mean / p99 over 129,280 ids; compiled size)")
-    bench_engines: list[Any] = [RecipeEngine(tok), RecipeRawCompute(tok),
+    bench_engines: list[Any] = [RecipeEngine(tok), RecipeNoStringReuse(tok), RecipeRawCompute(tok),
                                 *[e for e in engines if e.name != "llguidance-lenient"]]
     compile_ratios: dict[str, list[float]] = {e.name: [] for e in bench_engines}
     mask_ratios: dict[str, list[float]] = {e.name: [] for e in bench_engines}
     all_recipe_masks: list[float] = []
+    no_reuse_masks: list[float] = []
+    six_masks: list[float] = []
     raw_masks: list[float] = []
     recipe_compiles: list[float] = []
     for case, (schema, inst) in bench_schemas().items():
@@ -392,8 +414,9 @@ def bench_masks(tok: Any, engines: list[Any], reps: int, walks: int) -> None:
                 e.walk(compiled[e.name], ids[:1])  # ready matcher = compiled + first mask
                 comp.append((time.perf_counter() - t0) * 1000)
         walked: dict[str, list[float]] = {e.name: [] for e in bench_engines}
-        for _ in range(walks):  # engines interleaved walk by walk: load on a shared machine hits all alike
-            for e in bench_engines:
+        for w in range(walks):  # engines interleaved walk by walk: load on a shared machine hits all alike;
+            k = w % len(bench_engines)  # the order rotates, so no engine always runs after the same one
+            for e in bench_engines[k:] + bench_engines[:k]:
                 walked[e.name].extend(e.walk(compiled[e.name], ids))
         for e in bench_engines:
             comp, masks, c = comps[e.name], walked[e.name], compiled[e.name]
@@ -401,24 +424,33 @@ def bench_masks(tok: Any, engines: list[Any], reps: int, walks: int) -> None:
                            e.size(c))
             if e.name == "recipe":
                 all_recipe_masks.extend(masks)
+                if case != "free_text":
+                    six_masks.extend(masks)
                 recipe_compiles.extend(comp)
             elif e.name == "recipe-raw":
                 raw_masks.extend(masks)
+            elif e.name == "recipe-no-reuse":
+                no_reuse_masks.extend(masks)
         line = " | ".join(f"{n}: {c_:.2f} ms, {m:.1f}/{p:.0f} µs, {s / 1024:.0f} KiB" for n, (c_, m, p, s)
                           in res.items())
         print(f"{case:12s} ({len(ids)} tok) {line}")
         for n, (c_, m, _, _) in res.items():
-            if n == "recipe-raw":
+            if n in ("recipe-raw", "recipe-no-reuse"):
                 continue
             compile_ratios[n].append(c_ / res["recipe"][0])
             mask_ratios[n].append(m / res["recipe"][1])
     print(f"\nrecipe compile p50 {statistics.median(recipe_compiles):.2f} ms; mask mean "
           f"{statistics.fmean(all_recipe_masks):.1f} µs, p99 {np.percentile(all_recipe_masks, 99):.0f} µs")
+    print(f"recipe over the six schemas without free_text: mask mean {statistics.fmean(six_masks):.1f} µs, "
+          f"p99 {np.percentile(six_masks, 99):.0f} µs")
+    if no_reuse_masks:
+        print(f"recipe-no-reuse (string-mask reuse off): mask mean {statistics.fmean(no_reuse_masks):.1f} µs, "
+              f"p99 {np.percentile(no_reuse_masks, 99):.0f} µs")
     if raw_masks:
         print(f"recipe-raw (llguidance on Recipe's grammar, no Recipe layer): mask mean {statistics.fmean(raw_masks):.1f} µs, "
               f"p99 {np.percentile(raw_masks, 99):.0f} µs")
     for n in compile_ratios:
-        if n in ("recipe", "recipe-raw"):
+        if n in ("recipe", "recipe-raw", "recipe-no-reuse"):
             continue
         print(f"ratio {n}/recipe (median over schemas): compile {statistics.median(compile_ratios[n]):.2f}x, "
               f"mask mean {statistics.median(mask_ratios[n]):.2f}x")

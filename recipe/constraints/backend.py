@@ -102,8 +102,10 @@ class CompiledConstraint:
     def size_bytes(self) -> int:
         return int(self.handle.size_bytes)
 
-    def matcher(self) -> Matcher:
-        return Matcher(self)
+    def matcher(self, *, reuse_string_masks: bool = True) -> Matcher:
+        """A new per-request matcher. `reuse_string_masks=False` turns off the mask reuse inside free JSON
+        strings (`string_masks`; same masks, each computed afresh)."""
+        return Matcher(self, reuse_string_masks=reuse_string_masks)
 
     def allocate_bitmask(self, batch: int | None = None) -> np.ndarray:
         return bitmask.allocate(self.vocab_size, batch)
@@ -127,9 +129,15 @@ class Matcher:
 
     __slots__ = ("_compiled", "_eos", "_eos_bits", "_history", "_m", "_out", "_out_u32", "_out_words", "_terminated", "_words")
 
-    def __init__(self, compiled: CompiledConstraint) -> None:
+    def __init__(self, compiled: CompiledConstraint, *, reuse_string_masks: bool = True) -> None:
         self._compiled = compiled
         self._m = compiled.handle.new_matcher()
+        if reuse_string_masks and compiled.extra.get("track_strings"):
+            from recipe.constraints.string_masks import StringTracker
+
+            track = getattr(self._m, "track_strings", None)
+            if track is not None:
+                track(StringTracker(compiled.extra["string_schema"], compiled.vocabulary))
         self._eos = compiled.eos_token_ids
         self._history: list[int] = []
         self._terminated = False

@@ -2,7 +2,7 @@
 
 `fill_bitmasks(matchers, out)` equals calling `matchers[i].fill_bitmask(out[i])` for every i (a test proves
 it); llguidance matchers are computed together on llguidance's thread pool (the GIL is released), others
-(and llguidance matchers at their start state, whose mask is a copy) one by one. `None` entries leave their row all-ones (an unconstrained sequence in the same batch).
+(and llguidance matchers whose mask is a copy: start state, inside a free string) one by one. `None` entries leave their row all-ones (an unconstrained sequence in the same batch).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def fill_bitmasks(matchers: Sequence[Matcher | None], out: np.ndarray) -> None:
             out[i] = -1
             continue
         bm = m.backend_matcher
-        if isinstance(bm, LLBackendMatcher) and not bm.at_start and not m.is_terminated() and out.shape[1] == m._words:
+        if isinstance(bm, LLBackendMatcher) and not bm.copies_mask and not m.is_terminated() and out.shape[1] == m._words:
             parallel.append((bm.raw, i))
             words = m._words
         else:
@@ -46,4 +46,5 @@ def fill_bitmasks(matchers: Sequence[Matcher | None], out: np.ndarray) -> None:
         for _, i in parallel:
             m = matchers[i]
             assert m is not None
+            m.backend_matcher.remember(out[i])  # type: ignore[attr-defined]
             m.fix_eos_bits(out[i])

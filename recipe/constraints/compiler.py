@@ -186,8 +186,13 @@ def _compile(kind: str, spec: Any, vocab: Vocabulary, backend_name: str, strict:
         if handle is None or backend_name != "llguidance":
             handle, norm = _compile_loosening(backend, norm, vocab, spec, options.get("resources"))
             report = build_report(spec, norm, err) if report is not None else None
+        # the schema the handle was compiled from: `string_masks` reads which strings are free in it
+        from recipe.constraints.string_masks import worth_tracking
+
         return CompiledConstraint(kind, backend_name, handle, vocab, spec, report, spec,
-                                  time.perf_counter() - t0, {"resources": options.get("resources")})
+                                  time.perf_counter() - t0, {"resources": options.get("resources"),
+                                                             "string_schema": norm.schema,
+                                                             "track_strings": worth_tracking(norm.schema, vocab)})
     if kind == "tool_call":
         from recipe.constraints.tool_call import tool_call_lark
 

@@ -15,6 +15,7 @@ import llguidance as llg
 import numpy as np
 
 from recipe.constraints.kinds import ConstraintError
+from recipe.constraints.string_masks import StringTracker
 from recipe.constraints.vocabulary import Vocabulary
 
 _ANY_OBJECT = {"type": "object"}
@@ -36,14 +37,16 @@ def ll_tokenizer(vocab: Vocabulary) -> llg.LLTokenizer:
 
 
 class _Matcher:
-    """One request's llguidance matcher. Two shortcuts, both exact:
+    """One request's llguidance matcher. Three shortcuts, all exact:
 
     * at the start state (nothing consumed, or everything rolled back) the mask is the one the prototype
       computed at compile time (llguidance is deterministic in its state), copied instead of recomputed;
+    * inside a JSON string whose text is free (`string_masks`, when `track_strings` attached a tracker)
+      the mask computed at the string's first such position is copied at the later ones;
     * the raw pointer of the last output array is kept (`ndarray.ctypes` costs microseconds per call).
     """
 
-    __slots__ = ("_consumed", "_initial", "_m", "_nbytes", "_out", "_ptr")
+    __slots__ = ("_consumed", "_initial", "_m", "_nbytes", "_out", "_ptr", "_reuse_key", "_reuse_mask", "_strings")
 
     def __init__(self, m: llg.LLMatcher, initial: np.ndarray | None) -> None:
         self._m = m
@@ -52,20 +55,54 @@ class _Matcher:
         self._out: np.ndarray | None = None
         self._ptr = 0
         self._nbytes = 0
+        self._strings: StringTracker | None = None
+        self._reuse_key: tuple[int, int] | None = None
+        self._reuse_mask: np.ndarray | None = None
+
+    def track_strings(self, tracker: StringTracker) -> None:
+        """Reuse masks inside free JSON strings, at the positions `tracker` marks (before any id is accepted)."""
+        self._strings = tracker
 
     def fill(self, out: np.ndarray) -> None:
         if self._consumed == 0 and self._initial is not None and out.shape == self._initial.shape:
             np.copyto(out, self._initial)
             return
+        key = self._strings.key if self._strings is not None else None
+        if key is not None and key == self._reuse_key:
+            assert self._reuse_mask is not None
+            if out.shape == self._reuse_mask.shape:
+                np.copyto(out, self._reuse_mask)
+                return
         if out is not self._out:
             if not out.flags["C_CONTIGUOUS"]:
                 raise ConstraintError("llguidance masks need a C-contiguous int32 array")
             self._out, self._ptr, self._nbytes = out, out.ctypes.data, out.nbytes
         self._m.unsafe_compute_mask_ptr(self._ptr, self._nbytes)
+        if key is not None:
+            self.remember(out)
+
+    def remember(self, out: np.ndarray) -> None:
+        """Keep `out`, just computed by llguidance for this state, where the tracker marks a free string."""
+        key = self._strings.key if self._strings is not None else None
+        if key is None or key == self._reuse_key:
+            return
+        if self._reuse_mask is None or self._reuse_mask.shape != out.shape:
+            self._reuse_mask = np.empty_like(out)
+        np.copyto(self._reuse_mask, out)
+        self._reuse_key = key
+
+    @property
+    def copies_mask(self) -> bool:
+        """`fill` copies a kept mask instead of asking llguidance (the batch path fills these one by one)."""
+        if self._consumed == 0 and self._initial is not None:
+            return True
+        return self._strings is not None and self._strings.key is not None and self._strings.key == self._reuse_key
 
     def accept(self, token_id: int) -> bool:
         if self._m.try_consume_tokens([token_id]) == 1:
             self._consumed += 1
+            if self._strings is not None:
+                self._strings.advance(token_id)
             return True
         return False
 
@@ -73,6 +110,9 @@ class _Matcher:
         if not self._m.rollback(n):
             raise ConstraintError(f"llguidance refused to roll back {n} tokens: {self._m.get_error()}")
         self._consumed -= n
+        if self._strings is not None:
+            self._strings.rollback(n)
+            self._reuse_key = None
 
     def accepting(self) -> bool:
         return bool(self._m.is_accepting())
