@@ -8,7 +8,7 @@ as well. On input, conversion accepts either spelling on assistant history.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from recipe.stream.pieces import ContentPiece, Piece, ReasoningPiece, ToolCallArguments, ToolCallStart
 from recipe.stream.sse import Event, JsonTemplate, done_event
@@ -24,7 +24,7 @@ class ChatEventBuilder:
     """Builds the chunks of one choice; `index` is the choice index (n > 1)."""
 
     # Render per-token deltas from byte templates (tests switch it off to prove it changes nothing).
-    use_templates = True
+    use_templates: ClassVar[bool] = True
 
     def __init__(
         self,

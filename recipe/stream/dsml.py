@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from typing import ClassVar
 
 import orjson
 
@@ -81,10 +82,10 @@ def _first_char_patterns(
 class DsmlToolCallParser:
     """Incremental DSML parser; `feed(text)` returns the pieces completed by that text."""
 
-    find_partials = True  # held-back ends found by `str.find` (off: every length tested; equal results)
+    find_partials: ClassVar[bool] = True  # held-back ends found by `str.find` (off: every length tested; equal results)
     # A feed with nothing held or pending and none of the stage's first characters in it is released
     # whole, without the search loop (off: the general loop; the fast-path test proves them equal).
-    fast_path = True
+    fast_path: ClassVar[bool] = True
 
     def __init__(self, dsml: str = DSML) -> None:
         self._table = _branches(dsml)

@@ -8,7 +8,7 @@ thinking on, the thinking block opens at the start even if the reasoning stays e
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from recipe.stream.pieces import ContentPiece, Piece, ReasoningPiece, ToolCallArguments, ToolCallStart
 from recipe.stream.sse import Event, JsonTemplate
@@ -34,7 +34,7 @@ _INPUT_JSON = _delta_template("input_json_delta", "partial_json")
 
 class MessagesEventBuilder:
     # Render per-token deltas from byte templates (tests switch it off to prove it changes nothing).
-    use_templates = True
+    use_templates: ClassVar[bool] = True
     def __init__(self, *, response_id: str, model: str, thinking: bool, signature: str | None = None) -> None:
         self.response_id = response_id
         self.model = model

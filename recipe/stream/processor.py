@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 import weakref
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from recipe.conversation import ConversationRequest
 from recipe.stream.accumulate import accumulate_chat, accumulate_messages, accumulate_responses
@@ -36,7 +36,7 @@ class StreamProcessor:
     """Parses one choice's output and emits the events of `api` (see module docstring)."""
 
     # The single-token fast path (tests switch it off to prove it changes nothing).
-    fast_paths = True
+    fast_paths: ClassVar[bool] = True
 
     def __init__(
         self,

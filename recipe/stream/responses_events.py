@@ -10,7 +10,7 @@ A message followed by tool calls is marked `phase: "commentary"` when it is done
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from recipe.stream.pieces import ContentPiece, Piece, ReasoningPiece, ToolCallArguments, ToolCallStart
 from recipe.stream.responses_echo import default_echo
@@ -23,7 +23,7 @@ _DELTA_TEMPLATES: dict[str, JsonTemplate] = {}
 
 class ResponsesEventBuilder:
     # Render per-token deltas from byte templates (tests switch it off to prove it changes nothing).
-    use_templates = True
+    use_templates: ClassVar[bool] = True
     def __init__(
         self, *, response_id: str, model: str, created: int | None = None, echo: dict[str, Any] | None = None
     ) -> None:

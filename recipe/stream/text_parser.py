@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from recipe.conversation import ParsingOptions, ThinkingInitialStage
 from recipe.stream.chatml_tools import ChatMLToolCallParser
@@ -87,7 +87,7 @@ class OutputTextParser:
     """Incremental parser of one choice's output text (see module docstring for the rules)."""
 
     # The no-marker-character fast path (tests switch it off to prove it changes nothing).
-    fast_path = True
+    fast_path: ClassVar[bool] = True
 
     def __init__(self, options: ParsingOptions, output_format: str = "deepseek_v4") -> None:
         self.options = options
