@@ -62,8 +62,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--constraint-memo-mib", type=float, default=64.0, metavar="MIB",
                    help="keep compiled output constraints (schemas, regexes, tool lists) asked for at least twice, "
                         "up to this many MiB (default 64); 0 compiles every request's afresh")
-    p.add_argument("--malloc-arena-max", type=int, default=2, metavar="N",
-                   help="glibc malloc arenas for the whole server (default 2): fewer arenas keep memory freed "
+    p.add_argument("--malloc-arena-max", type=int, default=1, metavar="N",
+                   help="glibc malloc arenas for the whole server (default 1): fewer arenas keep memory freed "
                         "by requests from piling up in per-thread heaps; 0 keeps glibc's default (8 per core)")
     p.add_argument("--stream-stall-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="abort a stream (and free its KV) whose client has read nothing for this long")

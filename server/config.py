@@ -49,7 +49,7 @@ class ServerConfig:
     body_timeout_s: float = 60.0  # ... and its request body within this after the headers (408 past it)
     heap_trim_interval_s: float = 30.0  # give freed heap back to the OS this often after activity (0: off)
     constraint_memo_bytes: int = 64 * 1024 * 1024  # compiled output constraints asked for twice (0: off)
-    malloc_arena_max: int = 2  # glibc malloc arenas for the whole process (0: glibc's default, 8 per core)
+    malloc_arena_max: int = 1  # glibc malloc arenas for the whole process (0: glibc's default, 8 per core)
     kv_retention_by_api: tuple[tuple[str, str], ...] = ()  # (api, retention class): see kv_retention.py
     kv_retention_by_key: tuple[tuple[str, str], ...] = ()  # (API key, retention class)
 
