@@ -88,9 +88,12 @@ def main() -> None:
     ap.add_argument("--ks", default="1,2,3,4,5,6,auto", help="speculation configurations")
     ap.add_argument("--repeats", type=int, default=1, help="timed rounds (fresh prompts each)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--linear-backend", default="few-rows", choices=("torch", "few-rows"),
+                    help="EngineConfig.linear_backend of every engine (few-rows: verify steps of k+1 rows cost "
+                         "about one row's time)")
     args = ap.parse_args()
     base = {"num_threads": args.threads, "enable_prefix_caching": False, "max_num_batched_tokens": 2048,
-            "kv_cache_bytes": 256 << 20}
+            "kv_cache_bytes": 256 << 20, "linear_backend": args.linear_backend}
     off = LLM("smollm2", **base)
     sync = LLM("smollm2", async_scheduling=False, **base)
     spec = LLM("smollm2", speculative=args.drafter, num_speculative_tokens="auto", **base)

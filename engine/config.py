@@ -73,6 +73,10 @@ class EngineConfig:
     # layers in one native call (engine/kernels/fused_llama.py; fp32 activations and KV, fp32/q8_0/q4_1 weights),
     # else the layered path
     decode_backend: str = "layers"
+    # "torch": every linear through F.linear; "few-rows": fp32 products of a few rows (a speculative verify
+    # step, a small decode batch) weight-major, W @ x^T, which costs about one row's time where MKL's x @ W^T
+    # costs 1.6-2.7x (engine/layers/few_rows_linear.py)
+    linear_backend: str = "torch"
     # Expert parallelism (engine/expert_parallel): N rank processes, routed experts sharded, attention
     # data-parallel; 1 = off. EPLB: every `eplb_interval_steps` steps (None = off) the ranks rebalance the
     # expert placement from the loads they recorded, with `eplb_redundant_experts` extra replicas.
@@ -115,6 +119,8 @@ class EngineConfig:
             (self.weight_format in WEIGHT_FORMATS,
              f"weight_format must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {self.weight_format!r}"),
             (self.norm_backend in ("native", "torch"), f"norm_backend must be 'native' or 'torch', got {self.norm_backend!r}"),
+            (self.linear_backend in ("torch", "few-rows"),
+             f"linear_backend must be 'torch' or 'few-rows', got {self.linear_backend!r}"),
             (self.decode_backend in ("layers", "fused"),
              f"decode_backend must be 'layers' or 'fused', got {self.decode_backend!r}"),
             (self.expert_parallel_size >= 1, "expert_parallel_size must be >= 1"),

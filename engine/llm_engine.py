@@ -84,7 +84,7 @@ class LLMEngine:
                                   dtype=self.dtype, device=self.device, attention_backend=cfg.attention_backend,
                                   weight_format=cfg.weight_format, moe_backend=cfg.moe_backend,
                                   kinds=kinds, norm_backend=cfg.norm_backend,
-                                  decode_backend=cfg.decode_backend)
+                                  decode_backend=cfg.decode_backend, linear_backend=cfg.linear_backend)
         self.swa_sessions: Any = None
         if cfg.swa_session_bytes is not None:
             if kinds is None:

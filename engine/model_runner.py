@@ -18,6 +18,7 @@ import torch
 from recipe.engine import device as devices
 from recipe.engine.context import AttentionContext, reset_context, set_context
 from recipe.engine.kv_cache import KVCache
+from recipe.engine.layers.few_rows_linear import use_few_rows_linears
 from recipe.engine.layers.rmsnorm import RMSNorm
 from recipe.engine.layers.routed_experts import RoutedExperts
 from recipe.engine.sampler import Sampler, SamplerOutput, SamplingRow
@@ -81,12 +82,16 @@ class ModelRunner:
     def __init__(self, model: Any, *, block_size: int, num_blocks: int, dtype: torch.dtype,
                  device: torch.device, attention_backend: str = "batched", weight_format: str = "dtype",
                  moe_backend: str = "grouped", kinds: Any = None, norm_backend: str = "torch",
-                 decode_backend: str = "layers") -> None:
+                 decode_backend: str = "layers", linear_backend: str = "torch") -> None:
         """The speed options are `EngineConfig`'s (each with its reference path as the off switch)."""
         self.model = model
         self.attention_backend = attention_backend
         if weight_format != "dtype":
             model.quantize_weights(weight_format)
+        if linear_backend == "few-rows":  # engine/layers/few_rows_linear.py
+            use_few_rows_linears(model)
+            if hasattr(model, "few_rows_logits"):
+                model.few_rows_logits = True
         if hasattr(model, "decode_backend"):  # models with a fused decode step (engine/kernels/fused_llama.py)
             model.decode_backend = decode_backend
         for module in model.modules():

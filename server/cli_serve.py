@@ -115,6 +115,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="attention of the decode rows (EngineConfig.attention_backend)")
     g.add_argument("--norm-backend", default=None, choices=("torch", "native"),
                    help="RMSNorm: torch's kernel or the native one (EngineConfig.norm_backend)")
+    g.add_argument("--linear-backend", default=None, choices=("torch", "few-rows"),
+                   help="fp32 linears of a few rows (speculative verify steps, small batches): F.linear, or "
+                        "weight-major (EngineConfig.linear_backend)")
     g.add_argument("--decode-backend", default=None, choices=("layers", "fused"),
                    help="decode-only steps of Llama models: per-layer modules, or all layers in one native call "
                         "(EngineConfig.decode_backend)")
@@ -140,7 +143,7 @@ ENGINE_OPTIONS = {
     "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
     "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",
     "weight_format": "weight_format", "attention_backend": "attention_backend", "norm_backend": "norm_backend",
-    "decode_backend": "decode_backend",
+    "decode_backend": "decode_backend", "linear_backend": "linear_backend",
     "expert_parallel_size": "expert_parallel_size",
 }
 

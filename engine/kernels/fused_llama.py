@@ -59,7 +59,7 @@ def _linear(module: nn.Module) -> _Linear | None:
     if isinstance(module, Q4_1Linear):
         return _Linear(2, module.out_features, module.in_features, module.packed.data_ptr(), module.d.data_ptr(),
                        module.m.data_ptr(), b)
-    if type(module) is nn.Linear and _fp32(module.weight):
+    if isinstance(module, nn.Linear) and _fp32(module.weight):  # FewRowsLinear too (same weight)
         return _Linear(0, module.out_features, module.in_features, module.weight.data_ptr(), None, None, b)
     return None
 

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from recipe.engine.context import get_context
 from recipe.engine.kv_cache import CacheSpec, KVCache, kv_bytes_per_block
 from recipe.engine.layers.attention_plan import AttentionPlan, build_attention_plan
+from recipe.engine.layers.few_rows_linear import few_rows_linear
 from recipe.engine.layers.quantized_linear import GROUP, quantize_linears, quantized_linear
 from recipe.engine.layers.rmsnorm import RMSNorm
 from recipe.engine.layers.rotary import RotaryEmbedding
@@ -62,6 +63,7 @@ class DecoderLM(nn.Module):
         self.lm_head = None if tie_word_embeddings else nn.Linear(hidden_size, vocab_size, bias=False)
         self.kv_cache: KVCache | None = None
         self.logits_head: nn.Module | None = None  # a quantised LM head (`quantize_weights`)
+        self.few_rows_logits = False  # LM head through `few_rows_linear` (EngineConfig.linear_backend)
 
     # ----- what a model defines -----
     def make_rotary(self) -> RotaryEmbedding:
@@ -95,7 +97,7 @@ class DecoderLM(nn.Module):
         if self.logits_head is not None:
             return self.logits_head(hidden).float()
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        return (few_rows_linear if self.few_rows_logits else F.linear)(hidden, weight).float()
 
     def quantize_weights(self, weight_format: str) -> int:
         """Swap the decoder layers' linears for weight-only quantised ones and give the LM head a quantised
