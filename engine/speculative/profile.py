@@ -41,13 +41,17 @@ def probe_step(runner: Any, num_seqs: int, query_len: int, context: int) -> Any:
 
 
 def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: int = 64,
-                      repeats: int = 2) -> StepCost:
-    """Fit `StepCost` to the median time of `repeats` runs per grid point (after one warm-up run each)."""
+                      repeats: int = 3) -> StepCost:
+    """Fit `StepCost` to the fastest of `repeats` runs per grid point (after one warm-up run each).
+
+    The grid includes plain decode steps (one position per sequence): k=0 is what every draft is weighed
+    against, so its cost is measured, not extrapolated from verify steps. The fastest run, since on a shared
+    machine the slower ones time other processes."""
     bs = runner.block_size
     per_seq = -(-(context + max_query) // bs)
     top = max(1, min(max_seqs, runner.num_blocks // per_seq))
     seq_grid = sorted({1, max(1, top // 2), top})
-    query_grid = sorted({2, max(2, (max_query + 2) // 2), max(2, max_query)})
+    query_grid = sorted({1, 2, max(2, (max_query + 2) // 2), max(2, max_query)})
     samples = []
     for b in seq_grid:
         for q in query_grid:
@@ -58,5 +62,5 @@ def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: in
                 t0 = time.perf_counter()
                 runner.execute(step)
                 times.append(time.perf_counter() - t0)
-            samples.append((b, b * q, float(np.median(times))))
+            samples.append((b, b * q, min(times)))
     return StepCost.fit(samples)
