@@ -11,6 +11,7 @@ slots (window -1 does not exist: weight 0). The indexer scores every query again
 from __future__ import annotations
 
 import torch
+from recipe.engine.layers.cast import as_dtype
 from recipe.engine.layers.rmsnorm import RMSNorm
 from recipe.engine.layers.v4_rope import rotate_tail
 from torch import nn
@@ -43,7 +44,7 @@ class Compressor(nn.Module):
         new entry's position. -> [num_windows, dim]."""
         m, width = self.rate, self.kv_proj.out_features
         kv, gate = records.view(-1, m, 2 * width).split(width, dim=-1)
-        gate = gate + self.position_bias.to(gate.dtype)
+        gate = gate + as_dtype(self.position_bias, gate.dtype)
         if self.overlap:
             d = self.dim
             has_prev = 1 if first_window > 0 else 0
@@ -53,7 +54,7 @@ class Compressor(nn.Module):
             prev_kv[1 - has_prev :] = kv[: kv.shape[0] - 1, :, :d]
             prev_gate[1 - has_prev :] = gate[: gate.shape[0] - 1, :, :d]
             kv, gate = torch.cat((prev_kv, cur_kv), dim=1), torch.cat((prev_gate, cur_gate), dim=1)
-        pooled = (kv * gate.softmax(dim=1, dtype=torch.float32).to(kv.dtype)).sum(dim=1)
+        pooled = (kv * as_dtype(gate.softmax(dim=1, dtype=torch.float32), kv.dtype)).sum(dim=1)
         return rotate_tail(self.kv_norm(pooled), cos, sin)
 
     def pool_windows(self, records: torch.Tensor, has_prev: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
@@ -63,7 +64,7 @@ class Compressor(nn.Module):
         window's records are ignored where `has_prev` [P] is False). cos/sin: each entry's RoPE -> [P, dim]."""
         m, width = self.rate, self.kv_proj.out_features
         kv, gate = records.view(records.shape[0], -1, m, 2 * width).split(width, dim=-1)
-        gate = gate + self.position_bias.to(gate.dtype)
+        gate = gate + as_dtype(self.position_bias, gate.dtype)
         if self.overlap:
             d = self.dim
             keep = has_prev.view(-1, 1, 1)
@@ -73,7 +74,7 @@ class Compressor(nn.Module):
             gate = torch.cat((prev_gate, gate[:, 1, :, d:]), dim=1)
         else:
             kv, gate = kv[:, 0], gate[:, 0]
-        pooled = (kv * gate.softmax(dim=1, dtype=torch.float32).to(kv.dtype)).sum(dim=1)
+        pooled = (kv * as_dtype(gate.softmax(dim=1, dtype=torch.float32), kv.dtype)).sum(dim=1)
         return rotate_tail(self.kv_norm(pooled), cos, sin)
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from recipe.engine.layers.cast import as_dtype
 from torch import nn
 
 
 def unweighted_rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
-    return x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + eps).to(x.dtype)
+    return x * as_dtype(torch.rsqrt(x.float().square().mean(-1, keepdim=True) + eps), x.dtype)
 
 
 class HyperConnection(nn.Module):
@@ -42,14 +43,15 @@ class HyperConnection(nn.Module):
         for _ in range(self.iters - 1):
             comb = comb / (comb.sum(dim=-1, keepdim=True) + self.hc_eps)
             comb = comb / (comb.sum(dim=-2, keepdim=True) + self.hc_eps)
-        collapsed = (pre.unsqueeze(-1) * streams).sum(dim=1).to(streams.dtype)
+        collapsed = as_dtype((pre.unsqueeze(-1) * streams).sum(dim=1), streams.dtype)
         return post, comb, collapsed
 
 
 def expand(streams: torch.Tensor, out: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
     """The block output `out` [N, D] returned into the streams [N, hc, D]: post * out + comb^T @ streams."""
     dtype = streams.dtype
-    return post.to(dtype).unsqueeze(-1) * out.unsqueeze(-2) + torch.matmul(comb.to(dtype).transpose(-1, -2), streams)
+    return as_dtype(post, dtype).unsqueeze(-1) * out.unsqueeze(-2) + torch.matmul(as_dtype(comb, dtype).transpose(-1, -2),
+                                                                                 streams)
 
 
 class HyperHead(nn.Module):
@@ -66,4 +68,4 @@ class HyperHead(nn.Module):
         flat = unweighted_rms_norm(streams.flatten(1).float(), self.norm_eps)
         mix = F.linear(flat, self.hc_fn.float())
         pre = torch.sigmoid(mix * self.hc_scale.float() + self.hc_base.float()) + self.hc_eps
-        return (pre.unsqueeze(-1) * streams).sum(dim=1).to(streams.dtype)
+        return as_dtype((pre.unsqueeze(-1) * streams).sum(dim=1), streams.dtype)

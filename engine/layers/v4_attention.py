@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from recipe.engine.layers.cast import as_dtype
 from recipe.engine.layers.compressor import Compressor, Indexer
 from recipe.engine.layers.hyper_connections import unweighted_rms_norm
 from recipe.engine.layers.rmsnorm import RMSNorm
@@ -32,10 +33,10 @@ def attend_with_sinks(q: torch.Tensor, keys: torch.Tensor, visible: torch.Tensor
     n, heads, _ = q.shape
     logits = torch.matmul(q, keys.transpose(-1, -2)) * scale  # [n, H, K]
     logits = logits.masked_fill(~visible[:, None, :], float("-inf"))
-    logits = torch.cat((logits, sinks.to(logits.dtype).view(1, heads, 1).expand(n, heads, 1)), dim=-1)
+    logits = torch.cat((logits, as_dtype(sinks, logits.dtype).view(1, heads, 1).expand(n, heads, 1)), dim=-1)
     logits = logits - logits.max(dim=-1, keepdim=True).values
     probs = F.softmax(logits, dim=-1)[..., :-1]
-    return torch.matmul(probs.to(keys.dtype), keys)
+    return torch.matmul(as_dtype(probs, keys.dtype), keys)
 
 
 class V4Attention(nn.Module):
@@ -166,7 +167,7 @@ class V4Attention(nn.Module):
             iq = None if iq is None else iq.index_select(0, rows)
             iw = None if iw is None else iw.index_select(0, rows)
         flat = self.window_rows.flat
-        flat.index_copy_(0, decode.write_slots, new_rows.to(flat.dtype))
+        flat.index_copy_(0, decode.write_slots, as_dtype(new_rows, flat.dtype))
         b, w = decode.window_slots.shape
         keys = flat[:, :d].index_select(0, decode.window_slots.view(-1)).view(b, w, d)
         visible = decode.window_visible
@@ -182,7 +183,7 @@ class V4Attention(nn.Module):
                 new = [self.compressor.pool_windows(records[..., d : d + main_w], c.has_prev, ccos, csin)]
                 if self.indexer is not None:
                     new.append(self.indexer.compressor.pool_windows(records[..., d + main_w :], c.has_prev, ccos, csin))
-                cflat.index_copy_(0, c.write_slots, torch.cat(new, dim=-1).to(cflat.dtype))
+                cflat.index_copy_(0, c.write_slots, as_dtype(torch.cat(new, dim=-1), cflat.dtype))
             e = c.entry_slots.shape[1]
             if e:
                 stored = cflat.index_select(0, c.entry_slots.view(-1)).view(b, e, cflat.shape[1])

@@ -15,6 +15,7 @@ here, not per layer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -53,13 +54,19 @@ class DecodeRows:
     left to the per-sequence loop."""
 
     def __init__(self, decode: list[V4Span], others: list[V4Span], window_kind: str, rows_per_block: int,
-                 window: int) -> None:
+                 window: int, tables: Mapping[str, torch.Tensor] | None = None, index: list[int] | None = None
+                 ) -> None:
+        """`tables`: the plan's stacked tables (row i: span i) and `index` the decode spans' rows in them."""
         self.spans, self.others, self.window_kind = decode, others, window_kind
         dev = decode[0].tables[window_kind].device
         self.positions = torch.tensor([s.pos0 for s in decode], dtype=torch.int64, device=dev)
         self.rows = torch.tensor([s.start for s in decode], dtype=torch.int64, device=dev)
         self.all_rows = not others and [s.start for s in decode] == list(range(len(decode)))
-        self.window_table = _stack([s.tables[window_kind] for s in decode])
+        self._tables, self._index = tables, None
+        if tables is not None and others:
+            assert index is not None
+            self._index = torch.tensor(index, dtype=torch.int64, device=dev)
+        self.window_table = self._table(window_kind)
         self.window_rpb = rows_per_block
         p = self.positions[:, None]
         self.write_slots = _slots(self.window_table, p, rows_per_block, torch.ones_like(p, dtype=torch.bool))
@@ -75,9 +82,16 @@ class DecodeRows:
             self._compressed[key] = self._build(kind, rows_per_block, rate, overlap)
         return self._compressed[key]
 
+    def _table(self, kind: str) -> torch.Tensor:
+        """The decode rows' block tables of `kind`, stacked [B, max_blocks]."""
+        if self._tables is None:
+            return _stack([s.tables[kind] for s in self.spans])
+        table = self._tables[kind]
+        return table if self._index is None else table.index_select(0, self._index)
+
     def _build(self, kind: str, rows_per_block: int, rate: int, overlap: bool) -> CompressedRows:
         dev = self.positions.device
-        table = _stack([s.tables[kind] for s in self.spans])
+        table = self._table(kind)
         hosts = [s.pos0 for s in self.spans]
         counts = torch.tensor([(p + 1) // rate for p in hosts], dtype=torch.int64, device=dev)
         most = max((p + 1) // rate for p in hosts)
@@ -107,9 +121,12 @@ def decode_rows(plan: V4Plan, window_kind: str, rows_per_block: int, window: int
         return None
     key = (window_kind, rows_per_block, window)
     if key not in plan.memo:
-        decode = [s for s in plan.spans if s.end - s.start == 1 and not s.window_from and not s.compressed_until]
+        index = [i for i, s in enumerate(plan.spans)
+                 if s.end - s.start == 1 and not s.window_from and not s.compressed_until]
+        decode = [plan.spans[i] for i in index]
         others = [s for s in plan.spans if s.end - s.start != 1 or s.window_from or s.compressed_until]
-        plan.memo[key] = DecodeRows(decode, others, window_kind, rows_per_block, window) if decode else None
+        plan.memo[key] = (DecodeRows(decode, others, window_kind, rows_per_block, window, plan.tables, index)
+                          if decode else None)
     result = plan.memo[key]
     assert result is None or isinstance(result, DecodeRows)
     return result

@@ -60,12 +60,14 @@ class V4Span:
 @dataclass(frozen=True)
 class V4Plan:
     """One step's spans. `batched`: the decode rows attend in one batched call per layer (`v4_decode_rows.py`,
-    `attention_backend="batched"`) instead of the per-sequence reference loop; `memo` keeps what the layers
-    share within the step (the decode rows' slots)."""
+    `attention_backend="batched"`) instead of the per-sequence reference loop; `tables`: every kind's block
+    tables stacked [len(spans), max_blocks] (-1 padded), row i span i's (None: stacked from the spans when
+    needed); `memo` keeps what the layers share within the step (the decode rows' slots)."""
 
     spans: tuple[V4Span, ...]
     block_size: int
     batched: bool = False
+    tables: Mapping[str, torch.Tensor] | None = None
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
 

@@ -11,6 +11,7 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
+from recipe.engine.layers.cast import as_dtype
 from recipe.engine.layers.routed_experts import RoutedExperts
 from torch import nn
 
@@ -45,7 +46,7 @@ class V4Router(nn.Module):
             self.register_buffer("e_score_correction_bias", torch.zeros(num_experts, dtype=torch.float32))
 
     def forward(self, x: torch.Tensor, token_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        scores = self.score(F.linear(x, self.weight.to(x.dtype)))
+        scores = self.score(F.linear(x, as_dtype(self.weight, x.dtype)))
         if self.is_hash:
             ids = self.tid2eid[token_ids].long()
         else:

@@ -12,12 +12,15 @@ def plan_from_context() -> V4Plan:
     ctx = get_context()
     tables = ctx.kind_tables
     assert tables is not None, "a V4 step needs the block table of every cache kind"
+    stacked = {kind: t for kind, t in tables.items() if kind != REPLAY_BOUNDS}
+    rows = {kind: t.unbind(0) for kind, t in stacked.items()}  # one call per kind, not one per sequence
+    bounds = tables.get(REPLAY_BOUNDS)
+    replay = None if bounds is None else bounds.tolist()
     spans = []
     start = 0
     for i, (q, c) in enumerate(zip(ctx.query_lens, ctx.context_lens_list, strict=True)):
-        kinds = {kind: t[i] for kind, t in tables.items() if kind != REPLAY_BOUNDS}
-        bounds = tables.get(REPLAY_BOUNDS)
-        window_from, compressed_until = (0, 0) if bounds is None else (int(bounds[i, 0]), int(bounds[i, 1]))
-        spans.append(V4Span(start, start + q, c - q, kinds, max(0, window_from), max(0, compressed_until)))
+        window_from, compressed_until = (0, 0) if replay is None else replay[i]
+        spans.append(V4Span(start, start + q, c - q, {kind: r[i] for kind, r in rows.items()}, max(0, window_from),
+                            max(0, compressed_until)))
         start += q
-    return V4Plan(tuple(spans), ctx.block_size, batched=ctx.attention_backend == "batched")
+    return V4Plan(tuple(spans), ctx.block_size, batched=ctx.attention_backend == "batched", tables=stacked)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from recipe.engine.layers.cast import as_dtype
 from recipe.engine.layers.rotary import rope_inv_freq
 from torch import nn
 
@@ -23,8 +24,9 @@ class V4Rotary(nn.Module):
         self.scale = scale
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions[:, None].to(torch.float32) * self.inv_freq.to(positions.device)
-        return (freqs.cos() * self.scale).to(dtype), (freqs.sin() * self.scale).to(dtype)
+        inv_freq = self.inv_freq if self.inv_freq.device == positions.device else self.inv_freq.to(positions.device)
+        freqs = as_dtype(positions[:, None], torch.float32) * inv_freq
+        return as_dtype(freqs.cos() * self.scale, dtype), as_dtype(freqs.sin() * self.scale, dtype)
 
 
 def rotate_tail(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -37,4 +39,4 @@ def rotate_tail(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
     x1, x2 = rope[..., 0::2], rope[..., 1::2]
     c, s = cos.float(), sin.float()
     rotated = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
-    return torch.cat((nope, rotated.to(x.dtype)), dim=-1)
+    return torch.cat((nope, as_dtype(rotated, x.dtype)), dim=-1)
