@@ -61,6 +61,9 @@ class DraftHeadDrafter:
         self.model, self.head, self.calibration = model, head, calibration
         self.embed = embedder(model)
         self.hidden: dict[int, torch.Tensor] = {}  # seq_id -> hidden state behind its last token
+        # the chain stops once every row's survival (product of calibrated confidences) is below this: each
+        # position costs an LM-head pass, and "auto" never verifies a token below its break-even survival
+        self.min_survival = 0.0
 
     @torch.inference_mode()
     def propose(self, seqs: list[Sequence], max_lens: list[int]) -> list[Draft]:
@@ -75,13 +78,17 @@ class DraftHeadDrafter:
         h = torch.stack([self.hidden[seqs[i].seq_id] for i in rows]).to(dtype)
         x = torch.tensor([seqs[i].token_ids[-1] for i in rows], device=h.device)
         tokens, probs = [], []
-        for _ in range(max(max_lens[i] for i in rows)):
+        survival = [1.0] * len(rows)
+        for j in range(max(max_lens[i] for i in rows)):
             h = self.head(h, self.embed(x).to(dtype))
             p, x = torch.softmax(self.model.compute_logits(h.to(self.model_dtype)).float(), dim=-1).max(dim=-1)
             tokens.append(x.tolist())
             probs.append(p.tolist())
+            survival = [s * self.calibration.confidence(j, q) for s, q in zip(survival, probs[-1], strict=True)]
+            if max(survival) < self.min_survival:
+                break
         for r, i in enumerate(rows):
-            n = max_lens[i]
+            n = min(max_lens[i], len(tokens))
             ids = [tokens[j][r] for j in range(n)]
             raw = [probs[j][r] for j in range(n)]
             out[i] = Draft(ids, [self.calibration.confidence(j, p) for j, p in enumerate(raw)], raw=raw)

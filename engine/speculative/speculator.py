@@ -20,6 +20,7 @@ from recipe.engine.speculative.length_policy import choose_lengths
 from recipe.engine.speculative.metrics import SpecMetrics
 
 AUTO_MAX_DRAFT = 8  # the longest draft "auto" considers
+PROBE_EVERY = 8  # "auto" with drafting paused still drafts every PROBE_EVERY-th step, to keep measuring it
 
 
 class Speculator:
@@ -35,6 +36,14 @@ class Speculator:
         self.vocab_size = vocab_size
         self.metrics = SpecMetrics()
         self._drafts: dict[int, Draft] = {}
+        # "auto": the drafter's own seconds per drafted position (running average), part of a draft token's cost
+        self.draft_cost = 0.0
+        self.count_drafter_time = True  # False: drafter time is no cost (tests whose oracle drafters are slow)
+        # "auto": running rate at which a draft's first token equals the token the target then emitted, counted
+        # whether or not the draft was verified; below the first token's break-even survival, drafting pauses
+        self.first_hit_rate = 0.5
+        self._first_drafts: dict[int, tuple[int, int]] = {}  # seq_id -> (index in token_ids, drafted token)
+        self._auto_steps = 0
 
     def use_length(self, num_speculative_tokens: int | str) -> None:
         """Switch between a fixed draft length and "auto" (the drafter's calibration is kept)."""
@@ -54,12 +63,35 @@ class Speculator:
         self._drafts = {}
         for seq in running:
             seq.draft_ids = []
+        self._score_first_drafts(running)
         seqs = [s for s in running if self.decoding(s)]
         if not seqs:
             return
         room = [min(self.max_draft, s.params.max_tokens - s.num_output_tokens - 1,
                     self.max_model_len - len(s) - 1) for s in seqs]
+        n = len(running)
+        others = sum(len(s) - s.num_computed_tokens for s in running if not self.decoding(s))
+        base = len(seqs) + min(others, self.max_num_batched_tokens)
+        min_survival = 0.0
+        if self.fixed is None:
+            # a token whose survival is below its marginal cost over the step's is never chosen: not drafted
+            assert self.cost is not None
+            step = self.cost.predict(n, base)
+            min_survival = (self.cost.predict(n, base + 1) - step + self.draft_cost) / step
+            self._auto_steps += 1
+            if self.first_hit_rate < min_survival and self._auto_steps % PROBE_EVERY:
+                self.metrics.zero_length += len(seqs)
+                self.metrics.length_histogram[0] = self.metrics.length_histogram.get(0, 0) + len(seqs)
+                self.metrics.drafter_s += time.perf_counter() - start
+                return
+        if hasattr(self.drafter, "min_survival"):
+            self.drafter.min_survival = min_survival
+        proposing = time.perf_counter()
         drafts = self.drafter.propose(seqs, room)
+        positions = max((len(d.token_ids) for d in drafts), default=0)
+        if positions and self.count_drafter_time:
+            per_position = (time.perf_counter() - proposing) / positions
+            self.draft_cost += 0.2 * (per_position - self.draft_cost)
         for i, seq in enumerate(seqs):
             d = drafts[i].cut(max(room[i], 0))
             if seq.matcher is not None and d.token_ids:
@@ -69,12 +101,13 @@ class Speculator:
             lengths = [len(d.token_ids) for d in drafts]
         else:
             assert self.cost is not None
-            cost, n = self.cost, len(running)
-            others = sum(len(s) - s.num_computed_tokens for s in running if not self.decoding(s))
-            base = len(seqs) + min(others, self.max_num_batched_tokens)
-            lengths = choose_lengths([d.confidences for d in drafts], lambda t: cost.predict(n, t), base,
+            cost, per_draft = self.cost, self.draft_cost
+            lengths = choose_lengths([d.confidences for d in drafts],
+                                     lambda t: cost.predict(n, t) + per_draft * (t - base), base,
                                      self.max_num_batched_tokens - base)
         for seq, d, k in zip(seqs, drafts, lengths, strict=True):
+            if d.token_ids:
+                self._first_drafts[seq.seq_id] = (len(seq.token_ids), d.token_ids[0])
             self.metrics.length_histogram[k] = self.metrics.length_histogram.get(k, 0) + 1
             if k == 0:
                 self.metrics.zero_length += 1
@@ -82,6 +115,14 @@ class Speculator:
             seq.draft_ids = d.token_ids[:k]
             self._drafts[seq.seq_id] = d.cut(k)
         self.metrics.drafter_s += time.perf_counter() - start
+
+    def _score_first_drafts(self, running: list[Sequence]) -> None:
+        """Fold last step's first draft tokens, verified or not, into `first_hit_rate`."""
+        pending, self._first_drafts = self._first_drafts, {}
+        for seq in running:
+            index, token = pending.get(seq.seq_id, (-1, -1))
+            if 0 <= index < len(seq.token_ids):
+                self.first_hit_rate += 0.2 * (float(seq.token_ids[index] == token) - self.first_hit_rate)
 
     def settle(self, seq: Sequence, start: int, num_drafted: int, num_accepted: int) -> None:
         """After a verify step of `num_drafted` drafts: keep the KV of the accepted ones, free the rest."""

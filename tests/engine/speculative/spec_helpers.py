@@ -42,7 +42,10 @@ class OracleDrafter:
 
 
 def use_drafter(llm: LLM, drafter: object) -> None:
+    """Swap in a test drafter; its time is not counted as drafting cost ("auto" would rightly refuse an
+    oracle that runs the whole model in Python per token)."""
     llm.engine.speculator.drafter = drafter
+    llm.engine.speculator.count_drafter_time = False
 
 
 def cached_blocks_match_sequences(llm: LLM, sequences: list[list[int]]) -> None:

@@ -47,3 +47,40 @@ def test_cost_model_fits_saves_and_corrects(tmp_path) -> None:  # type: ignore[n
     for _ in range(200):
         cost.observe(4, 20, 2 * (0.02 + 0.004 + 0.08))  # the machine got twice as slow
     assert 1.9 < cost.correction < 2.01
+
+
+def test_auto_pauses_a_drafter_whose_first_tokens_miss() -> None:
+    """A confident drafter that is always wrong: "auto" verifies its drafts until the first-token hit rate
+    falls below break-even, then drafts only on probe steps (every PROBE_EVERY-th); output unchanged."""
+    from recipe.engine import SamplingParams
+    from recipe.engine.speculative import Draft
+    from recipe.engine.speculative.speculator import PROBE_EVERY
+    from spec_helpers import make_llm, use_drafter
+    from tiny_paged_model import VOCAB, TinyPagedLM
+
+    model = TinyPagedLM(seed=3)
+
+    class WrongDrafter:
+        calls = 0
+
+        def propose(self, seqs, max_lens):  # type: ignore[no-untyped-def]
+            self.calls += 1
+            return [Draft([(int(model.full_logits(list(s.token_ids))[-1].argmax()) + 1) % VOCAB] * n, [0.95] * n)
+                    for s, n in zip(seqs, max_lens, strict=True)]
+
+        def observe(self, draft, num_accepted):  # type: ignore[no-untyped-def]
+            pass
+
+    params = SamplingParams(temperature=0.0, max_tokens=80, ignore_eos=True)
+    prompt = [[5, 9, 13, 2, 7]]
+    expected = make_llm(model).generate(prompt, params)
+    llm = make_llm(model, speculative="ngram", num_speculative_tokens="auto")
+    drafter = WrongDrafter()
+    use_drafter(llm, drafter)
+    llm.engine.speculator.cost = StepCost(0.01, 0.0, 0.002)  # a draft token costs 0.2 of a step: break-even 0.2
+    got = llm.generate(prompt, params)
+    assert got[0].new_token_ids == expected[0].new_token_ids
+    spec = llm.engine.speculator
+    assert spec.first_hit_rate < 0.05
+    assert spec.metrics.draft_tokens > 0 and spec.metrics.accepted_tokens == 0
+    assert drafter.calls <= 8 + llm.engine.steps // PROBE_EVERY  # paused after 5 misses (0.5 * 0.8^5 < 0.2)
