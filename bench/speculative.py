@@ -79,6 +79,34 @@ def run(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> tuple[flo
     return seconds, sum(len(o.new_token_ids) for o in outs), [o.new_token_ids for o in outs]
 
 
+def verify_steps(threads: int, context: int, repeats: int) -> None:
+    """One verify step of q positions (batch 1, `context` tokens before it) against a decode step (q = 1), per
+    linear backend: the fastest of `repeats` runs in CPU time of the model thread (on a shared machine its wall
+    time mostly measures the other processes)."""
+    from recipe.engine.speculative.profile import probe_step
+
+    queries = (1, 2, 3, 5, 8)
+    for backend in ("torch", "few-rows"):
+        llm = LLM("smollm2", num_threads=threads, enable_prefix_caching=False, kv_cache_bytes=256 << 20,
+                  linear_backend=backend)
+        runner, model_thread = llm.engine.runner, llm.engine._executor
+        assert model_thread is not None
+        steps = {q: probe_step(runner, 1, q, context) for q in queries}
+        best = dict.fromkeys(queries, float("inf"))
+        for _ in range(repeats):
+            for q, step in steps.items():
+                def timed(step: Any = step, runner: Any = runner) -> float:
+                    t = time.thread_time()
+                    runner.execute(step)
+                    return time.thread_time() - t
+
+                best[q] = min(best[q], model_thread.submit(timed).result())
+        print(f"verify step, linear_backend={backend}, context {context}: "
+              + ", ".join(f"{q} position(s) {best[q] * 1e3:.1f} ms ({best[q] / best[1]:.2f}x)" for q in queries),
+              flush=True)
+        llm.shutdown()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=32, help="max output tokens per request")
@@ -91,7 +119,12 @@ def main() -> None:
     ap.add_argument("--linear-backend", default="few-rows", choices=("torch", "few-rows"),
                     help="EngineConfig.linear_backend of every engine (few-rows: verify steps of k+1 rows cost "
                          "about one row's time)")
+    ap.add_argument("--only", choices=("speed", "verify-step"), default="speed",
+                    help="verify-step: time one verify step of q positions against a decode step instead")
     args = ap.parse_args()
+    if args.only == "verify-step":
+        verify_steps(args.threads, context=600, repeats=max(args.repeats, 6))
+        return
     base = {"num_threads": args.threads, "enable_prefix_caching": False, "max_num_batched_tokens": 2048,
             "kv_cache_bytes": 256 << 20, "linear_backend": args.linear_backend}
     off = LLM("smollm2", **base)
