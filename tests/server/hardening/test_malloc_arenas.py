@@ -8,7 +8,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ from recipe.server.cli_serve import config_from_args
 from recipe.server.config import ServerConfig
 from recipe.server.heap_trim import HeapTrimmer
 from recipe.server.malloc_arenas import limit_malloc_arenas
+from serve_process import wait_healthy
 
 from recipe.cli import build_parser
 
@@ -84,15 +84,7 @@ def _greedy_answers(arena_max: int, tmp_path: Path) -> list[str]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.time() + 300
-        while True:
-            assert proc.poll() is None and time.time() < deadline, "the server did not come up"
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
+        wait_healthy(base, proc, timeout=300)
         answers = []
         for prompt in PROMPTS:
             r = httpx.post(base + "/v1/chat/completions", timeout=300, json={

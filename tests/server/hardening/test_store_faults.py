@@ -9,7 +9,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from recipe.server.app import create_app
 from recipe.server.backend import EchoBackend
 from recipe.server.config import ServerConfig
 from recipe.server.storage import ResponseStore, StoreWriteError
+from serve_process import wait_healthy
 from starlette.testclient import TestClient
 
 
@@ -98,26 +98,13 @@ def _serve(port: int, db: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def _wait_healthy(base: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        assert proc.poll() is None, "server exited"
-        try:
-            if httpx.get(base + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("server did not come up")
-
-
 def test_sigkill_mid_stream_keeps_every_stored_response(tmp_path: Path) -> None:
     db = tmp_path / "responses.sqlite3"
     port = port_of()
     base = f"http://127.0.0.1:{port}"
     proc = _serve(port, db)
     try:
-        _wait_healthy(base, proc)
+        wait_healthy(base, proc)
         stored: dict[str, str] = {}
         with httpx.Client(base_url=base, timeout=60) as h:
             for i in range(40):
@@ -145,7 +132,7 @@ def test_sigkill_mid_stream_keeps_every_stored_response(tmp_path: Path) -> None:
     base = f"http://127.0.0.1:{port}"
     proc = _serve(port, db)
     try:
-        _wait_healthy(base, proc)
+        wait_healthy(base, proc)
         with httpx.Client(base_url=base, timeout=60) as h:
             for rid, text in stored.items():
                 r = h.get(f"/v1/responses/{rid}")

@@ -1,0 +1,22 @@
+"""A `recipe serve` subprocess started by a test: wait until its /health answers (or fail if it exits)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import httpx
+
+
+def wait_healthy(base: str, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
+    """Poll `base`/health until 200; AssertionError if `proc` exits or `timeout` seconds pass first."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, "server exited"
+        try:
+            if httpx.get(base + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("server did not come up")
