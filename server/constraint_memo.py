@@ -7,7 +7,7 @@ used and dropped, so never-repeating ones cannot fill the memo. Entries are boun
 size (`CompiledConstraint.size_bytes` plus the key's text), since one tool list's grammar can be a
 thousand times another's; least recently used ones go first. The "asked for once" record keeps only
 hashes of the last `seen_keys` keys (a hash collision only admits a key early). Capacity 0 turns the
-memo off: every request compiles. Used from the event loop only (no lock).
+memo off: every request compiles. The entries live in the compiler's `ByteBoundedCache` (LRU by bytes).
 """
 
 from __future__ import annotations
@@ -15,31 +15,36 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from recipe.constraints.limits import ByteBoundedCache
+
 
 class ConstraintMemo:
+    """A `ByteBoundedCache` of compiled constraints behind an admission rule: stored on the second ask."""
+
     def __init__(self, capacity_bytes: int, seen_keys: int = 4096) -> None:
         if capacity_bytes < 0:
             raise ValueError("the constraint memo's capacity must be 0 (off) or positive")
         self.capacity_bytes = capacity_bytes
         self.seen_keys = seen_keys
-        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._cache = ByteBoundedCache(capacity_bytes)
         self._seen: OrderedDict[int, None] = OrderedDict()
-        self.size_bytes = 0
-        self.hits = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return self._cache.size_bytes
+
+    @property
+    def hits(self) -> int:
+        return self._cache.hits
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._cache)
 
     def __contains__(self, key: Any) -> bool:
-        return key in self._items
+        return key in self._cache
 
     def get(self, key: Any) -> Any | None:
-        item = self._items.get(key)
-        if item is None:
-            return None
-        self._items.move_to_end(key)
-        self.hits += 1
-        return item[0]
+        return self._cache.get(key)
 
     def put(self, key: Any, compiled: Any, key_bytes: int) -> bool:
         """Remember `compiled` (sized `compiled.size_bytes + key_bytes`) if `key` was asked for before
@@ -55,17 +60,9 @@ class ConstraintMemo:
         size = int(compiled.size_bytes) + key_bytes
         if size > self.capacity_bytes:
             return False
-        old = self._items.pop(key, None)
-        if old is not None:
-            self.size_bytes -= old[1]
-        self._items[key] = (compiled, size)
-        self.size_bytes += size
-        while self.size_bytes > self.capacity_bytes:
-            _, (_, dropped) = self._items.popitem(last=False)
-            self.size_bytes -= dropped
+        self._cache.put(key, compiled, size)  # fits, so it stays; older entries go first
         return True
 
     def clear(self) -> None:
-        self._items.clear()
+        self._cache.clear()
         self._seen.clear()
-        self.size_bytes = 0

@@ -88,6 +88,9 @@ class ByteBoundedCache:
     def __len__(self) -> int:
         return len(self._items)
 
+    def __contains__(self, key: Any) -> bool:
+        return key in self._items
+
     def get(self, key: Any) -> Any | None:
         with self._lock:
             item = self._items.get(key)
