@@ -102,23 +102,15 @@ class Indexer(nn.Module):
         n, e = q.shape[0], keys.shape[0]
         if e == 0:
             return torch.zeros((n, 0), dtype=torch.bool, device=q.device)
-        scores = torch.relu(torch.matmul(q, keys.float().t())) * self.head_dim**-0.5  # [n, heads, E]
-        scores = (scores * w.unsqueeze(-1)).sum(dim=1)  # [n, E]
         complete = (positions + 1) // self.rate  # entries whose window ended at or before the query
-        future = torch.arange(e, device=q.device)[None, :] >= complete[:, None]
-        scores = scores.masked_fill(future, float("-inf"))
-        picks = scores.topk(min(self.top_k, e), dim=-1).indices
-        valid = picks < complete[:, None]
-        spill = torch.zeros((n, e + 1), dtype=torch.bool, device=q.device)  # invalid picks land in column e
-        spill.scatter_(1, torch.where(valid, picks, e), True)
-        return spill[:, :e]
+        return self.select_rows(q, w, keys, torch.arange(e, device=q.device)[None, :] < complete[:, None])
 
     def select_rows(self, q: torch.Tensor, w: torch.Tensor, keys: torch.Tensor, complete: torch.Tensor
                     ) -> torch.Tensor:
-        """`select` for rows with keys of their own: q [B, heads, head_dim], w [B, heads], keys [B, E, head_dim],
-        complete bool [B, E] (the entries each row may pick) -> bool [B, E]."""
+        """Top-k selection: q [B, heads, head_dim], w [B, heads], keys [B, E, head_dim] (each row's own) or
+        [E, head_dim] (shared), complete bool [B, E] (the entries each row may pick) -> bool [B, E]."""
         b, e = complete.shape
-        scores = torch.relu(torch.matmul(q, keys.float().transpose(1, 2))) * self.head_dim**-0.5  # [B, heads, E]
+        scores = torch.relu(torch.matmul(q, keys.float().transpose(-1, -2))) * self.head_dim**-0.5  # [B, heads, E]
         scores = (scores * w.unsqueeze(-1)).sum(dim=1).masked_fill(~complete, float("-inf"))  # [B, E]
         picks = scores.topk(min(self.top_k, e), dim=-1).indices
         valid = complete.gather(1, picks)

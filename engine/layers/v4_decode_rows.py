@@ -121,10 +121,10 @@ def decode_rows(plan: V4Plan, window_kind: str, rows_per_block: int, window: int
         return None
     key = (window_kind, rows_per_block, window)
     if key not in plan.memo:
-        index = [i for i, s in enumerate(plan.spans)
-                 if s.end - s.start == 1 and not s.window_from and not s.compressed_until]
+        is_decode = [s.end - s.start == 1 and not s.window_from and not s.compressed_until for s in plan.spans]
+        index = [i for i, d in enumerate(is_decode) if d]
         decode = [plan.spans[i] for i in index]
-        others = [s for s in plan.spans if s.end - s.start != 1 or s.window_from or s.compressed_until]
+        others = [s for s, d in zip(plan.spans, is_decode, strict=True) if not d]
         plan.memo[key] = (DecodeRows(decode, others, window_kind, rows_per_block, window, plan.tables, index)
                           if decode else None)
     result = plan.memo[key]
