@@ -94,7 +94,7 @@ class _Matcher:
     @property
     def copies_mask(self) -> bool:
         """`fill` copies a kept mask instead of asking llguidance (the batch path fills these one by one)."""
-        if self._consumed == 0 and self._initial is not None:
+        if self.at_start:
             return True
         return self._strings is not None and self._strings.key is not None and self._strings.key == self._reuse_key
 
