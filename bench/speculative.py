@@ -83,7 +83,7 @@ def verify_steps(threads: int, context: int, repeats: int) -> None:
     """One verify step of q positions (batch 1, `context` tokens before it) against a decode step (q = 1), per
     linear backend: the fastest of `repeats` runs in CPU time of the model thread (on a shared machine its wall
     time mostly measures the other processes)."""
-    from recipe.engine.speculative.profile import probe_step
+    from recipe.engine.probe_step import probe_step
 
     queries = (1, 2, 3, 5, 8)
     for backend in ("torch", "few-rows"):

@@ -33,6 +33,11 @@ class EngineConfig:
     dtype: str = "float32"
     device: str = "cpu"
     num_threads: int | None = None  # torch CPU threads; None = every core this process may use
+    # Intra-op threads per step (engine/step_threads.py): "auto" profiles real steps at start-up on the model
+    # thread (about a second) and runs each step size on its fastest count up to `num_threads` (a tiny model's
+    # decode steps can be faster on one thread, its long prefill chunks on all); None or "off": every step
+    # runs on `num_threads`
+    step_threads: str | None = None
     block_size: int = 16
     num_kv_blocks: int | None = None
     kv_cache_bytes: int | None = None
@@ -102,6 +107,8 @@ class EngineConfig:
             (self.max_model_len is None or self.max_model_len >= 1, "max_model_len must be >= 1"),
             (self.max_waiting_requests >= 1, "max_waiting_requests must be >= 1"),
             (self.num_threads is None or self.num_threads >= 1, "num_threads must be >= 1"),
+            (self.step_threads in (None, "auto", "off"),
+             f"step_threads must be 'auto', 'off' or None, got {self.step_threads!r}"),
             (self.kv_host_bytes is None or self.kv_host_bytes > 0, "kv_host_bytes must be > 0"),
             (self.kv_disk_bytes is None or self.kv_disk_bytes > 0, "kv_disk_bytes must be > 0"),
             (self.kv_disk_bytes is None or self.kv_dir is not None, "kv_disk_bytes needs kv_dir"),

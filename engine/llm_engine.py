@@ -111,6 +111,12 @@ class LLMEngine:
         # The model always runs on this one thread (so both modes run it alike); only async mode overlaps.
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             1, thread_name_prefix="recipe-model", initializer=devices.set_num_threads, initargs=(self.num_threads,))
+        if cfg.step_threads == "auto" and self.num_threads > 1 and self.device.type == "cpu":
+            from recipe.engine.step_threads import profile_step_threads
+
+            self.runner.step_threads = self._executor.submit(lambda: profile_step_threads(
+                self.runner, num_threads=self.num_threads, max_seqs=cfg.max_num_seqs,
+                max_tokens=cfg.max_num_batched_tokens)).result()
         self.speculator: Any = None
         if cfg.speculative is not None:
             from recipe.engine.speculative import build_speculator

@@ -23,6 +23,7 @@ from recipe.engine.layers.rmsnorm import RMSNorm
 from recipe.engine.layers.routed_experts import RoutedExperts
 from recipe.engine.sampler import Sampler, SamplerOutput, SamplingRow
 from recipe.engine.scheduler import PLACEHOLDER, SchedulerOutput
+from recipe.engine.step_threads import StepThreads
 
 
 @dataclass
@@ -116,6 +117,7 @@ class ModelRunner:
         # a drafter that reads the target's hidden states (engine/speculative/head_drafter.py): seq_id -> the
         # final hidden state of the position whose logits gave the sequence's last token
         self.hidden_sink: dict[int, torch.Tensor] | None = None
+        self.step_threads: StepThreads | None = None  # intra-op threads per step size (engine/step_threads.py)
 
     def prepare(self, sched: SchedulerOutput) -> PreparedStep:
         bs = self.block_size
@@ -181,6 +183,10 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, step: PreparedStep) -> StepResult:
         start = time.perf_counter()
+        if self.step_threads is not None:
+            threads = self.step_threads.threads_for(len(step.input_ids))
+            if threads != torch.get_num_threads():
+                torch.set_num_threads(threads)
         input_ids = step.input_ids
         if step.placeholders:
             input_ids = input_ids.copy()

@@ -111,6 +111,10 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="draft tokens per step: an integer, or auto (per sequence, by confidence; default)")
     g.add_argument("--weight-format", default=None, choices=("dtype", "int8", "int4", "q8_0", "q4_1"),
                    help="weights: dtype (default), int8/int4 (torch kernels), q8_0/q4_1 (native CPU kernels)")
+    g.add_argument("--step-threads", default=None, choices=("auto", "off"),
+                   help="intra-op threads per step: auto (profiled at start-up: small steps may run on fewer "
+                        "threads than --threads) or off (default: every step on --threads; "
+                        "EngineConfig.step_threads)")
     g.add_argument("--attention-backend", default=None, choices=("reference", "batched", "native"),
                    help="attention of the decode rows (EngineConfig.attention_backend)")
     g.add_argument("--norm-backend", default=None, choices=("torch", "native"),
@@ -138,7 +142,7 @@ def speculative_tokens(value: str) -> int | str:
 
 # CLI flag (argparse dest) -> EngineConfig field
 ENGINE_OPTIONS = {
-    "dtype": "dtype", "threads": "num_threads", "kv_cache_bytes": "kv_cache_bytes", "max_num_seqs": "max_num_seqs",
+    "dtype": "dtype", "threads": "num_threads", "step_threads": "step_threads", "kv_cache_bytes": "kv_cache_bytes", "max_num_seqs": "max_num_seqs",
     "max_num_batched_tokens": "max_num_batched_tokens", "max_model_len": "max_model_len",
     "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
     "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",

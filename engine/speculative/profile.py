@@ -11,33 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
-from recipe.engine.sampler import SamplingRow
-from recipe.engine.sampling_params import SamplingParams
+from recipe.engine.probe_step import probe_step
 from recipe.engine.speculative.cost_model import StepCost
-
-_PROBE_PARAMS = SamplingParams(temperature=0.0, max_tokens=1)
-
-
-def probe_step(runner: Any, num_seqs: int, query_len: int, context: int) -> Any:
-    """A PreparedStep of `num_seqs` rows, each scoring `query_len` positions after `context` tokens."""
-    from recipe.engine.model_runner import PreparedStep
-
-    bs = runner.block_size
-    per_seq = -(-(context + query_len) // bs)
-    assert num_seqs * per_seq <= runner.num_blocks
-    tables = np.arange(num_seqs * per_seq, dtype=np.int64).reshape(num_seqs, per_seq)
-    pos = np.arange(context, context + query_len, dtype=np.int64)
-    slots = np.concatenate([t[pos // bs] * bs + pos % bs for t in tables])
-    n = num_seqs * query_len
-    return PreparedStep(
-        input_ids=np.zeros(n, dtype=np.int64), placeholders=[], positions=np.tile(pos, num_seqs),
-        slot_mapping=slots, query_lens=[query_len] * num_seqs, context_lens=[context + query_len] * num_seqs,
-        block_tables=tables, sample_rows=[(b + 1) * query_len - 1 for b in range(num_seqs)],
-        sample_seq_ids=list(range(-num_seqs, 0)),
-        rows=[SamplingRow(_PROBE_PARAMS, position=context + 1) for _ in range(num_seqs)],
-        matchers=[None] * num_seqs, pending_history=[False] * num_seqs,
-        draft_ids=[[0] * (query_len - 1) for _ in range(num_seqs)])
 
 
 def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: int = 64,

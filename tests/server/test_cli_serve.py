@@ -86,10 +86,12 @@ def test_engine_flags_set_every_engine_option_with_vllm_names() -> None:
     assert on == {"enable_prefix_caching": True, "async_scheduling": True}
     speed = engine_config_from_args(parser.parse_args(["serve", "--weight-format", "q4_1", "--attention-backend", "native",
                                                       "--norm-backend", "native", "--decode-backend", "fused",
-                                                      "--linear-backend", "few-rows"]))
+                                                      "--linear-backend", "few-rows", "--step-threads", "auto"]))
     config = EngineConfig.from_kwargs("smollm2", **speed)
     assert (config.weight_format, config.attention_backend, config.norm_backend, config.decode_backend,
-            config.linear_backend) == ("q4_1", "native", "native", "fused", "few-rows")
+            config.linear_backend, config.step_threads) == ("q4_1", "native", "native", "fused", "few-rows", "auto")
+    off = engine_config_from_args(parser.parse_args(["serve", "--step-threads", "off"]))
+    assert off == {"step_threads": "off"} and EngineConfig.from_kwargs("smollm2", **off).step_threads == "off"
 
 
 def test_an_engine_option_out_of_range_is_a_clear_exit() -> None:
