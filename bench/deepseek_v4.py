@@ -10,9 +10,12 @@ kv      bytes of cache per token of context at 8K and 64K for one sequence, bf16
         (the published V4-Flash shape); DeepSeek-V3 (MLA latent + rope key) and Llama-3-70B (GQA K and V)
         per token from their published configs, for scale.
 decode  output tokens/s of `LLM.generate` (greedy) vs `transformers.generate` on the tiny random V4, batch 1
-        and 8, same threads, fresh prompts per timed run, one warm-up run each excluded; medians. Once per
-        `--attention-backend`: "batched" (the decode rows of a step in one call per layer) and "reference"
-        (one attention call per sequence, the engine's default).
+        and 8, fresh prompts per timed run, one warm-up run each excluded; medians. Both sides get the same
+        thread budget (`--threads`, default every core): Recipe as `num_threads`, `transformers` at that
+        count (its default) and, side by side, at one thread. Once per `--attention-backend` ("batched": the
+        decode rows of a step in one call per layer; "reference": one attention call per sequence) and per
+        `--step-threads` ("auto": each step size on the thread count a start-up profile found fastest, up to
+        the budget; "off": every step on the budget).
 """
 
 from __future__ import annotations
@@ -94,42 +97,49 @@ def run_kv() -> None:
           f"Llama-3-70B {LLAMA70B_PER_TOKEN} B/token ({LLAMA70B_PER_TOKEN / flash:.1f}x V4-Flash)")
 
 
-def run_decode(repeats: int, new_tokens: int, backends: list[str]) -> None:
+def run_decode(repeats: int, new_tokens: int, backends: list[str], step_threads: list[str], threads: int) -> None:
     from recipe.engine import LLM, SamplingParams
     from transformers import DeepseekV4ForCausalLM as HFModel
 
     _test_helpers()
     from v4_checkpoints import write_v4_checkpoint
 
-    threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:
         path = write_v4_checkpoint(Path(tmp), "mixed")
         hf = HFModel.from_pretrained(path, dtype=torch.float32).eval()
         gen = torch.Generator().manual_seed(0)
-        print(f"decode tokens/s, tiny V4, {new_tokens} new tokens after 8-token prompts, {threads} threads")
+        print(f"decode tokens/s, tiny V4, {new_tokens} new tokens after 8-token prompts, budget {threads} threads")
         for backend in backends:
-            llm = LLM(str(path), block_size=16, num_kv_blocks=512, num_threads=threads, attention_backend=backend)
-            try:
-                for batch in (1, 8):
-                    ours, theirs = [], []
-                    for r in range(repeats + 1):
-                        prompts = torch.randint(2, 96, (batch, 8), generator=gen)
-                        t0 = time.perf_counter()
-                        llm.generate(prompts.tolist(), SamplingParams(temperature=0.0, max_tokens=new_tokens,
-                                                                      ignore_eos=True))
-                        t1 = time.perf_counter()
-                        with torch.inference_mode():
-                            hf.generate(prompts, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                        do_sample=False, eos_token_id=None, pad_token_id=0)
-                        t2 = time.perf_counter()
-                        if r:  # the first run warms up both
-                            ours.append(batch * new_tokens / (t1 - t0))
-                            theirs.append(batch * new_tokens / (t2 - t1))
-                    a, b = statistics.median(ours), statistics.median(theirs)
-                    print(f"{backend} attention, batch {batch}: Recipe {a:.1f} tok/s, transformers {b:.1f} tok/s, "
-                          f"ratio {a / b:.2f}x")
-            finally:
-                llm.shutdown()
+            for st in step_threads:
+                llm = LLM(str(path), block_size=16, num_kv_blocks=512, num_threads=threads, attention_backend=backend,
+                          step_threads=st)
+                try:
+                    for batch in (1, 8):
+                        runs: dict[str, list[float]] = {"ours": [], "hf": [], "hf1": []}
+                        for r in range(repeats + 1):
+                            prompts = torch.randint(2, 96, (batch, 8), generator=gen)
+                            t0 = time.perf_counter()
+                            llm.generate(prompts.tolist(), SamplingParams(temperature=0.0, max_tokens=new_tokens,
+                                                                          ignore_eos=True))
+                            times = {"ours": time.perf_counter() - t0}
+                            for key, n in (("hf", threads), ("hf1", 1)):
+                                torch.set_num_threads(n)
+                                t0 = time.perf_counter()
+                                with torch.inference_mode():
+                                    hf.generate(prompts, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                                do_sample=False, eos_token_id=None, pad_token_id=0)
+                                times[key] = time.perf_counter() - t0
+                            torch.set_num_threads(threads)
+                            if r:  # the first run warms up both
+                                for key, t in times.items():
+                                    runs[key].append(batch * new_tokens / t)
+                        a, b, b1 = (statistics.median(runs[k]) for k in ("ours", "hf", "hf1"))
+                        print(f"{backend} attention, step_threads {st}, batch {batch}: Recipe {a:.1f} tok/s; "
+                              f"transformers {b:.1f} tok/s ({threads} threads), ratio {a / b:.2f}x; "
+                              f"transformers {b1:.1f} tok/s (1 thread), ratio {a / b1:.2f}x")
+                finally:
+                    llm.shutdown()
 
 
 def main() -> None:
@@ -139,12 +149,17 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--attention-backend", default="batched,reference",
                     help="EngineConfig.attention_backend of Recipe's runs, comma-separated: each is measured in turn")
+    ap.add_argument("--step-threads", default="auto,off",
+                    help="EngineConfig.step_threads of Recipe's runs, comma-separated: each is measured in turn")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="the thread budget of both sides (default: every core this process may use)")
     args = ap.parse_args()
     parts = set(args.only.split(","))
     if "kv" in parts:
         run_kv()
     if "decode" in parts:
-        run_decode(args.repeats, args.new_tokens, args.attention_backend.split(","))
+        run_decode(args.repeats, args.new_tokens, args.attention_backend.split(","), args.step_threads.split(","),
+                   args.threads or len(os.sched_getaffinity(0)))
 
 
 if __name__ == "__main__":
