@@ -489,6 +489,23 @@ class MultiKindBlockManager:
         self._release_slid(seq)
         return True
 
+    def truncate(self, seq: Sequence, num_tokens: int) -> None:
+        """Give back `seq`'s blocks of every kind past the first `num_tokens` tokens (rejected speculative tokens'
+        KV: never registered, since only computed real tokens are hashed; a compressed entry pooled from draft
+        rows sits in a kept block only if its window's last position is kept, which is then recomputed)."""
+        window = self.pools[self.specs[0].name]
+        keep = self.blocks_needed(num_tokens)
+        assert keep >= len(self.hashes.get(seq.seq_id, [])), (keep, seq)
+        while len(seq.block_table) > keep:
+            block = seq.block_table.pop()
+            if block != RELEASED:
+                window.release(block)
+        kinds = self.tables[seq.seq_id]
+        for spec in self.specs[1:]:
+            table = kinds[spec.name]
+            while len(table) > self._needed(spec, num_tokens):
+                self.pools[spec.name].release(table.pop())
+
     def _release_slid(self, seq: Sequence) -> None:
         self.commit(seq)
         if not self.release_window:

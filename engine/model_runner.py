@@ -43,6 +43,7 @@ class PreparedStep:
     kv_writes: list[Callable[[], None]] = field(default_factory=list)  # restored KV, written before forward
     kind_tables: dict[str, np.ndarray] | None = None  # several cache kinds: kind -> [B, max_blocks], -1 padded
     draft_ids: list[list[int]] = field(default_factory=list)  # per sampling row: its speculative tokens
+    next_ids: list[int] = field(default_factory=list)  # per span: the known token after its last input (-1: sampled)
 
 
 @dataclass
@@ -118,6 +119,9 @@ class ModelRunner:
         # final hidden state of the position whose logits gave the sequence's last token
         self.hidden_sink: dict[int, torch.Tensor] | None = None
         self.step_threads: StepThreads | None = None  # intra-op threads per step size (engine/step_threads.py)
+        # run on the model thread after each step, with (step, its filled input ids, result): the MTP drafter's
+        # catch-up (engine/speculative/mtp_drafter.py); its time counts as the step's
+        self.step_hook: Callable[[PreparedStep, np.ndarray, StepResult], None] | None = None
 
     def prepare(self, sched: SchedulerOutput) -> PreparedStep:
         bs = self.block_size
@@ -131,6 +135,7 @@ class ModelRunner:
         matchers: list[Any] = []
         pending_history: list[bool] = []
         drafts: list[list[int]] = []
+        next_ids: list[int] = []
         max_blocks = max(len(s.block_table) for s in sched.scheduled)
         tables = np.full((len(sched.scheduled), max_blocks), -1, dtype=np.int64)
         for b, s in enumerate(sched.scheduled):
@@ -143,6 +148,7 @@ class ModelRunner:
             tables[b, : len(table)] = table
             positions.append(pos)
             slots.append(table[pos // bs] * bs + pos % bs)
+            next_ids.append(-1 if s.sample else seq.token_ids[s.start + s.num_tokens])
             if s.sample:
                 sample_rows.append(len(ids) - 1)
                 sample_seq_ids.append(seq.seq_id)
@@ -164,7 +170,7 @@ class ModelRunner:
             context_lens=[s.start + s.num_tokens for s in sched.scheduled],
             block_tables=tables, sample_rows=sample_rows, sample_seq_ids=sample_seq_ids, rows=rows,
             matchers=matchers, pending_history=pending_history, kv_writes=sched.kv_writes,
-            kind_tables=self._kind_tables(sched), draft_ids=drafts,
+            kind_tables=self._kind_tables(sched), draft_ids=drafts, next_ids=next_ids,
         )
 
     def _kind_tables(self, sched: SchedulerOutput) -> dict[str, np.ndarray] | None:
@@ -218,6 +224,15 @@ class ModelRunner:
             hidden = self.model.forward(torch.from_numpy(input_ids).to(dev), torch.from_numpy(step.positions).to(dev))
         finally:
             reset_context()
+        result = self._sample(step, hidden, start)
+        if self.step_hook is not None:
+            self.step_hook(step, input_ids, result)
+            devices.synchronize(dev)
+            result.end_time = time.perf_counter()
+        return result
+
+    def _sample(self, step: PreparedStep, hidden: torch.Tensor, start: float) -> StepResult:
+        dev = self.device
         if not step.rows:
             devices.synchronize(dev)
             return StepResult([], [], [], start, time.perf_counter(), [])

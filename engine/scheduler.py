@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from recipe.engine.block_manager import BlockManager
 from recipe.engine.kv_kinds import MultiKindBlockManager
+from recipe.engine.layers.v4_kv import RELEASED
 from recipe.engine.sequence import Sequence, SequenceStatus
 
 PLACEHOLDER = -1
@@ -146,7 +147,10 @@ class Scheduler:
         computed_before = self._starts.get(parent.seq_id, parent.num_computed_tokens)
         if parent.status == SequenceStatus.RUNNING and computed_before >= num_blocks * bs:
             seq.fork_parent = None
-            return parent.block_table[:num_blocks]
+            prefix = parent.block_table[:num_blocks]
+            # the parent's window slid past its prompt (several cache kinds): the rows the child reads first are
+            # gone from its table; the child goes alone (the prefix cache may still hold them)
+            return [] if RELEASED in prefix else prefix
         return None  # the parent has not computed its prompt yet; it is ahead in the queue
 
     def _take(self, seq: Sequence, n: int) -> ScheduledSequence:

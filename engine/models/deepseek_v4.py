@@ -136,11 +136,13 @@ class DeepseekV4ForCausalLM(nn.Module):
         return self.norm(self.hc_head(streams))
 
     def mtp_forward(self, streams: torch.Tensor, next_ids: torch.Tensor, positions: torch.Tensor,
-                    plan: V4Plan | None = None, depth: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                    plan: V4Plan | None = None, depth: int = 0, logits_rows: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """MTP layer `depth` at `positions` [N]: streams [N, hc, D] (`last_streams` rows at those positions,
         or a previous call's output) and the tokens at positions + 1 `next_ids` [N] -> (fp32 logits [N, V]
         for the tokens at positions + 2, the layer's output streams [N, hc, D]). Writes the layer's cache rows
-        at `positions` through `plan`'s block tables (default: the runner's current step)."""
+        at `positions` through `plan`'s block tables (default: the runner's current step). `logits_rows`: only
+        those rows' logits (a drafter's catch-up over a prefill needs the last row's, not [N, V])."""
         assert depth < len(self.mtp), "this checkpoint has no multi-token-prediction layer here"
         mtp = self.mtp[depth]
         assert isinstance(mtp, DeepseekV4MTP)
@@ -149,7 +151,7 @@ class DeepseekV4ForCausalLM(nn.Module):
         compress_rope = self.rotary["compress"]
         assert isinstance(compress_rope, V4Rotary)
         out = mtp(streams, embedded, next_ids, positions, self._ropes(positions, embedded.dtype), compress_rope, plan)
-        return self.compute_logits(mtp.hidden(out)), out
+        return self.compute_logits(mtp.hidden(out if logits_rows is None else out.index_select(0, logits_rows))), out
 
     def _plan(self, plan: V4Plan | None) -> V4Plan:
         if plan is None:

@@ -25,6 +25,10 @@ def make_drafter(method: str, max_draft: int, model: Any, model_name: str, runne
         drafter = load_head_drafter(model, model_name, next(model.parameters()).dtype)
         runner.hidden_sink = drafter.hidden
         return drafter
+    if method == "mtp":
+        from recipe.engine.speculative.mtp_drafter import load_mtp_drafter
+
+        return load_mtp_drafter(model, runner)
     raise ValueError(f"speculative={method!r} is not available for this model")
 
 

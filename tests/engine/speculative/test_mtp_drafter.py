@@ -1,0 +1,156 @@
+"""Speculation with DeepSeek-V4's MTP layer (`speculative="mtp"`) on a tiny random V4 checkpoint given one random
+MTP layer: greedy output equals the plain engine's, and every proposal equals the MTP layer's formula computed
+directly (main forward over the whole sequence, then the MTP layer over every position in one call, then the
+chain), so the MTP rows the drafter's catch-up wrote are the real ones."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from recipe.engine import LLM, SamplingParams
+from recipe.engine.layers.v4_kv import V4Plan, V4Span
+from recipe.engine.models.deepseek_v4 import DeepseekV4ForCausalLM
+from recipe.engine.sequence import Sequence
+from recipe.engine.speculative import Draft
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+from v4_checkpoints import add_mtp_layer, load_engine_v4, write_v4_checkpoint
+
+VOCAB = 96
+N = 2
+
+
+@pytest.fixture(scope="module")
+def mtp_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = write_v4_checkpoint(tmp_path_factory.mktemp("v4_mtp_spec"), "mixed", seed=1)
+    add_mtp_layer(path, seed=2)
+    return path
+
+
+@pytest.fixture
+def seen(monkeypatch: pytest.MonkeyPatch) -> list[Sequence]:
+    """Every sequence the schedulers of this test were given (to count preemptions once they finished)."""
+    from recipe.engine.scheduler import Scheduler
+
+    added: list[Sequence] = []
+    original = Scheduler.add
+
+    def add(self: Scheduler, seq: Sequence) -> None:
+        added.append(seq)
+        original(self, seq)
+
+    monkeypatch.setattr(Scheduler, "add", add)
+    return added
+
+
+def v4_llm(path: Path, **config: Any) -> LLM:
+    config = {"block_size": 4, "num_kv_blocks": 64, "max_num_seqs": 4, "max_num_batched_tokens": 8,
+              "num_threads": 1, **config}
+    return LLM(str(path), **config)
+
+
+def prompts() -> list[list[int]]:
+    """Two prompts sharing 14 tokens (a prefix hit of 12 diverges inside a block), two others; past the window."""
+    g = torch.Generator().manual_seed(11)
+    shared = torch.randint(2, VOCAB, (14,), generator=g).tolist()
+    return [shared + torch.randint(2, VOCAB, (n,), generator=g).tolist() for n in (3, 9)] + [
+        torch.randint(2, VOCAB, (n,), generator=g).tolist() for n in (5, 19)]
+
+
+class Recorder:
+    """Wraps the MTP drafter: records each proposal with the sequence it was made for; with `oracle` (prompt ->
+    the plain engine's greedy output) it then proposes that output instead, each token swapped with probability
+    `corrupt`, so that drafts are accepted at every length and the catch-up covers accepted positions."""
+
+    def __init__(self, inner: Any, oracle: dict[tuple[int, ...], list[int]] | None = None, corrupt: float = 0.3,
+                 seed: int = 0) -> None:
+        self.inner, self.oracle, self.corrupt, self.rng = inner, oracle, corrupt, random.Random(seed)
+        self.seen: list[tuple[list[int], list[int], list[float]]] = []
+
+    def propose(self, seqs: list[Sequence], max_lens: list[int]) -> list[Draft]:
+        drafts = self.inner.propose(seqs, max_lens)
+        for seq, d in zip(seqs, drafts, strict=True):
+            if d.token_ids:
+                self.seen.append((list(seq.token_ids), list(d.token_ids), list(d.raw)))
+        if self.oracle is None:
+            return drafts
+        out = []
+        for seq, n in zip(seqs, max_lens, strict=True):
+            want = self.oracle[tuple(seq.token_ids[: seq.num_prompt_tokens])]
+            done = len(seq.token_ids) - seq.num_prompt_tokens
+            ids = [t if self.rng.random() >= self.corrupt else (t + 1) % VOCAB for t in want[done : done + n]]
+            out.append(Draft(ids, [0.9] * len(ids)))
+        return out
+
+    def observe(self, draft: Draft, num_accepted: int) -> None:
+        pass
+
+
+def reference_proposal(model: DeepseekV4ForCausalLM, tokens: list[int], k: int) -> tuple[list[int], list[float]]:
+    """The MTP chain for a sequence whose last token has no KV yet, from scratch: the main model over positions
+    0..p in one call, the MTP layer over 0..p (next tokens 1..p+1) in one call, then k - 1 chained calls."""
+    model.allocate_kv_cache(64, 4, torch.float32, "cpu")
+    tables = {s.name: torch.arange(64) for s in model.cache_specs()}
+    p = len(tokens) - 2
+    with torch.inference_mode():
+        plan = V4Plan((V4Span(0, p + 1, 0, tables),), 4)
+        model(torch.tensor(tokens[: p + 1]), torch.arange(p + 1), plan)
+        assert model.last_streams is not None
+        logits, out = model.mtp_forward(model.last_streams, torch.tensor(tokens[1:]), torch.arange(p + 1), plan)
+        prob, tok = torch.softmax(logits[p], dim=-1).max(dim=-1)
+        ids, probs, h = [int(tok)], [float(prob)], out[p : p + 1]
+        for j in range(1, k):
+            logits, h = model.mtp_forward(h, torch.tensor(ids[-1:]), torch.tensor([p + j]),
+                                          V4Plan((V4Span(0, 1, p + j, tables),), 4))
+            prob, tok = torch.softmax(logits[0], dim=-1).max(dim=-1)
+            ids.append(int(tok))
+            probs.append(float(prob))
+    return ids, probs
+
+
+def greedy(llm: LLM, ps: list[list[int]], n: int = 1, **params: Any) -> list[list[int]]:
+    out = llm.generate(ps, SamplingParams(temperature=0.0, max_tokens=14, ignore_eos=True, n=n, **params))
+    return [list(o.new_token_ids) for o in out]
+
+
+@pytest.mark.parametrize("oracle", [False, True])
+def test_every_proposal_equals_the_mtp_formula_computed_directly(mtp_dir: Path, oracle: bool,
+                                                                 seen: list[Sequence]) -> None:
+    """Batching, chunked prefill, preemption (a pool too small for all), prefix hits (each prompt twice) and
+    n = 2: every proposal's tokens equal the reference's and its probabilities are close. With the oracle the
+    drafts verified are mostly right, so the catch-up runs over accepted positions of every length."""
+    ps = prompts()
+    off = v4_llm(mtp_dir, num_kv_blocks=10)
+    expected = greedy(off, ps, n=N)
+    off.shutdown()
+    seen.clear()
+    llm = v4_llm(mtp_dir, num_kv_blocks=10, speculative="mtp", num_speculative_tokens=3)
+    try:
+        rec = Recorder(llm.engine.speculator.drafter,
+                       {tuple(p): e for p, e in zip(ps, expected[::2], strict=True)} if oracle else None)
+        llm.engine.speculator.drafter = rec
+        first = greedy(llm, ps, n=N)
+        again = greedy(llm, ps, n=N)
+        m = llm.engine.stats().speculative
+        bm = llm.engine.block_manager
+        bm.check_invariants()
+        hits = bm.prefix_hits
+        preempted = sum(s.num_preemptions for s in seen)
+    finally:
+        llm.shutdown()
+    assert first == expected and again == expected
+    assert hits > 0 and preempted > 0
+    assert len(rec.seen) > 30
+    if oracle:
+        assert 0 < m.accepted_tokens < m.draft_tokens
+        assert m.mean_accepted_length > 1.5
+    model = load_engine_v4(mtp_dir)
+    for tokens, ids, raw in rec.seen:
+        want, probs = reference_proposal(model, tokens, len(ids))
+        assert ids == want, (tokens, ids, want)
+        assert raw == pytest.approx(probs, abs=1e-4)
