@@ -82,17 +82,17 @@ class MTPDrafter:
         for b, (q, c) in enumerate(zip(step.query_lens, step.context_lens, strict=True)):
             pos0, ids = c - q, input_ids[flat0 : flat0 + q].tolist()
             r = sample_of.get(flat0 + q - 1)
-            if r is None:
+            dead = r is not None and bool(result.dead_end and result.dead_end[r])
+            if r is None:  # a prefill chunk: the token after it is known
                 nxt = step.next_ids[b] if step.next_ids else -1
                 after = ids[1:] + ([nxt] if nxt >= 0 else [])
-            else:
-                k = len(step.draft_ids[r]) if step.draft_ids else 0
+            else:  # inputs up to the drafts, then what was emitted (a dead end: no token after its accepted drafts)
+                drafted = len(step.draft_ids[r]) if step.draft_ids else 0
                 if result.emitted is not None:
                     emitted = list(result.emitted[r])
                 else:
-                    emitted = [] if result.dead_end and result.dead_end[r] else [result.token_ids[r]]
-                after = ids[1 : q - k] + emitted  # a dead end emitted no token after its accepted drafts
-                dead = bool(result.dead_end and result.dead_end[r])
+                    emitted = [] if dead else [result.token_ids[r]]
+                after = ids[1 : q - drafted] + emitted
                 self.ready.pop(step.sample_seq_ids[r], None)
             m = len(after)
             if m:
@@ -132,13 +132,13 @@ class MTPDrafter:
         keep = {s.seq_id for s in seqs}
         self.ready = {k: v for k, v in self.ready.items() if k in keep}
         out = [Draft() for _ in seqs]
-        picked = [(i, r) for i, (s, n) in enumerate(zip(seqs, max_lens, strict=True))
-                  if n > 0 and (r := self._valid(s)) is not None]
+        picked = [(i, e) for i, (s, n) in enumerate(zip(seqs, max_lens, strict=True))
+                  if n > 0 and (e := self._valid(s)) is not None]
         if not picked:
             return out
-        entries = [r for _, r in picked]
-        tokens = [[r.token for r in entries]]
-        probs = [[r.prob for r in entries]]
+        entries = [e for _, e in picked]
+        tokens = [[e.token for e in entries]]
+        probs = [[e.prob for e in entries]]
         survival = [self.calibration.confidence(0, p) for p in probs[0]]
         longest = max(max_lens[i] for i, _ in picked)
         if longest > 1 and max(survival) >= self.min_survival:

@@ -23,6 +23,7 @@ def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: in
     against, so its cost is measured, not extrapolated from verify steps. The fastest run, since on a shared
     machine the slower ones time other processes."""
     bs = runner.block_size
+    context = max(0, min(context, runner.num_blocks * bs - max_query))  # a small pool: a shorter context
     per_seq = -(-(context + max_query) // bs)
     top = max(1, min(max_seqs, runner.num_blocks // per_seq))
     seq_grid = sorted({1, max(1, top // 2), top})

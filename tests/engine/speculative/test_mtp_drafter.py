@@ -154,3 +154,78 @@ def test_every_proposal_equals_the_mtp_formula_computed_directly(mtp_dir: Path, 
         want, probs = reference_proposal(model, tokens, len(ids))
         assert ids == want, (tokens, ids, want)
         assert raw == pytest.approx(probs, abs=1e-4)
+
+
+@pytest.mark.parametrize("k", [1, 3, "auto"])
+def test_greedy_output_is_identical_with_mtp_speculation_on_and_off(mtp_dir: Path, k: int | str,
+                                                                    seen: list[Sequence]) -> None:
+    """The MTP layer's own drafts (random weights: mostly rejected) under batching, chunked prefill, n = 2,
+    preemption and prefix hits (the prompts twice); "auto" profiles the V4 step cost at start-up."""
+    ps = prompts()
+    off = v4_llm(mtp_dir, num_kv_blocks=10)
+    expected = greedy(off, ps, n=N)
+    off.shutdown()
+    seen.clear()
+    llm = v4_llm(mtp_dir, num_kv_blocks=10, speculative="mtp", num_speculative_tokens=k)
+    try:
+        first = greedy(llm, ps, n=N)
+        again = greedy(llm, ps, n=N)
+        m = llm.engine.stats().speculative
+        bm = llm.engine.block_manager
+        bm.check_invariants()
+        hits = bm.prefix_hits
+    finally:
+        llm.shutdown()
+    assert first == expected and again == expected
+    assert hits > 0 and sum(s.num_preemptions for s in seen) > 0
+    if k == "auto":  # random MTP weights: drafts rarely pay for their verification; "auto" chose per step
+        assert sum(m.length_histogram.values()) > 20 and m.zero_length > 0
+    else:  # counted in SpecMetrics (acceptance ~0: random weights)
+        assert m.draft_tokens > 0 and m.drafts > 0 and m.mean_accepted_length >= 1.0
+
+
+def test_stop_tokens_and_constraints_with_mtp_speculation(mtp_dir: Path) -> None:
+    """A stop token that the output reaches ends it at the same place; a constraint (tokens below 60 of
+    alternating parity) gives the same constrained output, every token allowed."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_constraints import Parity, allowed_at
+
+    ps = prompts()
+    off = v4_llm(mtp_dir)
+    stop = greedy(off, ps[:1])[0][6]
+    kw: list[dict[str, Any]] = [{"stop_token_ids": (stop,)}, {"constraint": Parity(20)}, {"constraint": Parity(20)}]
+    expected = [off.generate(ps, SamplingParams(temperature=0.0, max_tokens=14, **kw[0])),
+                off.generate(ps, [SamplingParams(temperature=0.0, max_tokens=14, **kw[1]) for _ in ps])]
+    off.shutdown()
+    llm = v4_llm(mtp_dir, speculative="mtp", num_speculative_tokens=2)
+    try:
+        got = [llm.generate(ps, SamplingParams(temperature=0.0, max_tokens=14, **kw[0])),
+               llm.generate(ps, [SamplingParams(temperature=0.0, max_tokens=14, **kw[2]) for _ in ps])]
+        m = llm.engine.stats().speculative
+    finally:
+        llm.shutdown()
+    for want, have in zip(expected, got, strict=True):
+        assert [o.new_token_ids for o in have] == [o.new_token_ids for o in want]
+        assert [o.finish_reason for o in have] == [o.finish_reason for o in want]
+    assert got[0][0].finish_reason == "stop" and got[0][0].stop_token_id == stop
+    assert all(t in allowed_at(i, 20) for o in got[1] for i, t in enumerate(o.new_token_ids))
+    assert m.draft_tokens > 0
+
+
+def test_mtp_on_a_checkpoint_without_mtp_layers_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """At load (`LLM`), and as `recipe serve`'s start-up error (exit status 2, one line, no traceback)."""
+    import uvicorn
+
+    from recipe.cli import main
+
+    monkeypatch.setattr(uvicorn.Server, "run", lambda *_a, **_k: pytest.fail("the server started"))
+
+    path = write_v4_checkpoint(tmp_path, "mixed")
+    with pytest.raises(ValueError, match="speculative='mtp' needs a checkpoint with multi-token-prediction"):
+        v4_llm(path, speculative="mtp")
+    rc = main(["serve", "--model", str(path), "--speculative", "mtp", "--num-speculative-tokens", "2"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "recipe serve: speculative='mtp' needs a checkpoint with multi-token-prediction layers" in err
+    assert "Traceback" not in err
