@@ -91,9 +91,11 @@ class Recorder:
         pass
 
 
-def reference_proposal(model: DeepseekV4ForCausalLM, tokens: list[int], k: int) -> tuple[list[int], list[float]]:
+def reference_proposal(model: DeepseekV4ForCausalLM, tokens: list[int], k: int,
+                       next_at: dict[int, int] | None = None) -> tuple[list[int], list[float]]:
     """The MTP chain for a sequence whose last token has no KV yet, from scratch: the main model over positions
-    0..p in one call, the MTP layer over 0..p (next tokens 1..p+1) in one call, then k - 1 chained calls."""
+    0..p in one call, the MTP layer over 0..p (next tokens 1..p+1, or `next_at[position]`) in one call, then
+    k - 1 chained calls."""
     model.allocate_kv_cache(64, 4, torch.float32, "cpu")
     tables = {s.name: torch.arange(64) for s in model.cache_specs()}
     p = len(tokens) - 2
@@ -101,7 +103,8 @@ def reference_proposal(model: DeepseekV4ForCausalLM, tokens: list[int], k: int) 
         plan = V4Plan((V4Span(0, p + 1, 0, tables),), 4)
         model(torch.tensor(tokens[: p + 1]), torch.arange(p + 1), plan)
         assert model.last_streams is not None
-        logits, out = model.mtp_forward(model.last_streams, torch.tensor(tokens[1:]), torch.arange(p + 1), plan)
+        follow = [(next_at or {}).get(i, t) for i, t in enumerate(tokens[1:])]
+        logits, out = model.mtp_forward(model.last_streams, torch.tensor(follow), torch.arange(p + 1), plan)
         prob, tok = torch.softmax(logits[p], dim=-1).max(dim=-1)
         ids, probs, h = [int(tok)], [float(prob)], out[p : p + 1]
         for j in range(1, k):
@@ -154,6 +157,38 @@ def test_every_proposal_equals_the_mtp_formula_computed_directly(mtp_dir: Path, 
         want, probs = reference_proposal(model, tokens, len(ids))
         assert ids == want, (tokens, ids, want)
         assert raw == pytest.approx(probs, abs=1e-4)
+
+
+def test_a_prefix_hit_restores_the_mtp_rows_of_the_cached_blocks(mtp_dir: Path) -> None:
+    """B hits the 12 tokens it shares with A (3 blocks) and gets A's MTP rows with them. Row 11 encodes the token
+    at 12, A's: where B's differs, B's first proposal is the formula's with A's token at 12 (one stale row, as
+    documented), not the exact one; the output is the plain engine's all the same."""
+    g = torch.Generator().manual_seed(5)
+    shared = torch.randint(2, VOCAB, (12,), generator=g).tolist()
+    a = [*shared, 40, *torch.randint(2, VOCAB, (5,), generator=g).tolist()]
+    b = [*shared, 41, *torch.randint(2, VOCAB, (5,), generator=g).tolist()]
+    off = v4_llm(mtp_dir)
+    expected = [greedy(off, [a]), greedy(off, [b])]
+    off.shutdown()
+    llm = v4_llm(mtp_dir, speculative="mtp", num_speculative_tokens=2)
+    try:
+        rec = Recorder(llm.engine.speculator.drafter)
+        llm.engine.speculator.drafter = rec
+        got = [greedy(llm, [a])]
+        before = len(rec.seen)
+        got.append(greedy(llm, [b]))
+        hits = llm.engine.block_manager.prefix_hits
+    finally:
+        llm.shutdown()
+    assert got == expected
+    assert hits == 12
+    tokens, ids, raw = rec.seen[before]
+    assert tokens == b + expected[1][0][:1]
+    model = load_engine_v4(mtp_dir)
+    stale_ids, stale = reference_proposal(model, tokens, len(ids), next_at={11: 40})
+    assert ids == stale_ids and raw == pytest.approx(stale, abs=1e-4)
+    _, exact = reference_proposal(model, tokens, len(ids))
+    assert max(abs(x - y) for x, y in zip(raw, exact, strict=True)) > 1e-3
 
 
 @pytest.mark.parametrize("k", [1, 3, "auto"])
@@ -224,6 +259,11 @@ def test_mtp_on_a_checkpoint_without_mtp_layers_is_a_clear_error(tmp_path: Path,
     path = write_v4_checkpoint(tmp_path, "mixed")
     with pytest.raises(ValueError, match="speculative='mtp' needs a checkpoint with multi-token-prediction"):
         v4_llm(path, speculative="mtp")
+    from spec_helpers import make_llm
+    from tiny_paged_model import TinyPagedLM
+
+    with pytest.raises(ValueError, match="this TinyPagedLM has none"):  # a model with no MTP at all
+        make_llm(TinyPagedLM(seed=1), speculative="mtp", num_speculative_tokens=2)
     rc = main(["serve", "--model", str(path), "--speculative", "mtp", "--num-speculative-tokens", "2"])
     err = capsys.readouterr().err
     assert rc == 2
