@@ -94,6 +94,9 @@ class EngineConfig:
     speculative: str | None = None
     num_speculative_tokens: int | str = "auto"
     speculative_cost_model: str | None = None
+    # how the profiled step cost predicts steps it did not measure (engine/speculative/cost_model.py): "grid"
+    # interpolates the measured steps; "plane" is a least-squares plane over seqs and tokens
+    speculative_cost_fit: str = "grid"
 
     def __post_init__(self) -> None:
         checks = [
@@ -136,6 +139,8 @@ class EngineConfig:
             (self.moe_backend in ("grouped", "loop"), f"moe_backend must be 'grouped' or 'loop', got {self.moe_backend!r}"),
             (self.speculative in (None, "ngram", "draft-head", "mtp"),
              f"speculative must be None, 'ngram', 'draft-head' or 'mtp', got {self.speculative!r}"),
+            (self.speculative_cost_fit in ("grid", "plane"),
+             f"speculative_cost_fit must be 'grid' or 'plane', got {self.speculative_cost_fit!r}"),
             (self.num_speculative_tokens == "auto" or (isinstance(self.num_speculative_tokens, int)
                                                        and not isinstance(self.num_speculative_tokens, bool)
                                                        and 1 <= self.num_speculative_tokens <= 16),

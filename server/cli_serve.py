@@ -109,6 +109,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="speculative decoding drafter: ngram, draft-head or mtp (default off)")
     g.add_argument("--num-speculative-tokens", default=None, type=speculative_tokens, metavar="K|auto",
                    help="draft tokens per step: an integer, or auto (per sequence, by confidence; default)")
+    g.add_argument("--speculative-cost-fit", default=None, choices=("grid", "plane"),
+                   help="auto draft lengths: the profiled step cost interpolated over the measured steps "
+                        "(grid, default) or a least-squares plane (EngineConfig.speculative_cost_fit)")
     g.add_argument("--weight-format", default=None, choices=("dtype", "int8", "int4", "q8_0", "q4_1"),
                    help="weights: dtype (default), int8/int4 (torch kernels), q8_0/q4_1 (native CPU kernels)")
     g.add_argument("--step-threads", default=None, choices=("auto", "off"),
@@ -146,6 +149,7 @@ ENGINE_OPTIONS = {
     "max_num_batched_tokens": "max_num_batched_tokens", "max_model_len": "max_model_len",
     "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
     "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",
+    "speculative_cost_fit": "speculative_cost_fit",
     "weight_format": "weight_format", "attention_backend": "attention_backend", "norm_backend": "norm_backend",
     "decode_backend": "decode_backend", "linear_backend": "linear_backend",
     "expert_parallel_size": "expert_parallel_size",

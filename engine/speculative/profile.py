@@ -16,18 +16,20 @@ from recipe.engine.speculative.cost_model import StepCost
 
 
 def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: int = 64,
-                      repeats: int = 3) -> StepCost:
+                      repeats: int = 3, grid: bool = True) -> StepCost:
     """Fit `StepCost` to the fastest of `repeats` runs per grid point (after one warm-up run each).
 
     The grid includes plain decode steps (one position per sequence): k=0 is what every draft is weighed
     against, so its cost is measured, not extrapolated from verify steps. The fastest run, since on a shared
-    machine the slower ones time other processes."""
+    machine the slower ones time other processes. Every query length up to 7 is measured (a few rows may
+    cost about one, and the linear backend changes path at 4 and 7 rows); `grid`: `StepCost` interpolates
+    the measurements (else a least-squares plane)."""
     bs = runner.block_size
     context = max(0, min(context, runner.num_blocks * bs - max_query))  # a small pool: a shorter context
     per_seq = -(-(context + max_query) // bs)
     top = max(1, min(max_seqs, runner.num_blocks // per_seq))
     seq_grid = sorted({1, max(1, top // 2), top})
-    query_grid = sorted({1, 2, max(2, (max_query + 2) // 2), max(2, max_query)})
+    query_grid = sorted({*range(1, min(max_query, 7) + 1), max_query})
     samples = []
     for b in seq_grid:
         for q in query_grid:
@@ -39,4 +41,4 @@ def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: in
                 runner.execute(step)
                 times.append(time.perf_counter() - t0)
             samples.append((b, b * q, min(times)))
-    return StepCost.fit(samples)
+    return StepCost.fit(samples, grid=grid)

@@ -101,9 +101,10 @@ class Speculator:
             lengths = [len(d.token_ids) for d in drafts]
         else:
             assert self.cost is not None
-            cost, per_draft = self.cost, self.draft_cost
-            lengths = choose_lengths([d.confidences for d in drafts],
-                                     lambda t: cost.predict(n, t) + per_draft * (t - base), base,
+            # the drafter's time is spent by now, whatever is verified: it weighs on whether to draft (the pause)
+            # and how far the head chains (`min_survival`), not on which drafts to verify
+            cost = self.cost
+            lengths = choose_lengths([d.confidences for d in drafts], lambda t: cost.predict(n, t), base,
                                      self.max_num_batched_tokens - base)
         for seq, d, k in zip(seqs, drafts, lengths, strict=True):
             if d.token_ids:

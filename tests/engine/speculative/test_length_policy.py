@@ -6,7 +6,7 @@ import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from recipe.engine.speculative.cost_model import StepCost
+from recipe.engine.speculative.cost_model import StepCost, isotonic
 from recipe.engine.speculative.length_policy import choose_lengths, survivals
 
 
@@ -84,3 +84,54 @@ def test_auto_pauses_a_drafter_whose_first_tokens_miss() -> None:
     assert spec.first_hit_rate < 0.05
     assert spec.metrics.draft_tokens > 0 and spec.metrics.accepted_tokens == 0
     assert drafter.calls <= 8 + llm.engine.steps // PROBE_EVERY  # paused after 5 misses (0.5 * 0.8^5 < 0.2)
+
+
+def test_grid_cost_interpolates_the_measured_steps(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Measured points are predicted exactly, between them linearly, past them by the plane's slopes; a
+    faster measurement of a longer query is pooled with the shorter one's; the file keeps the points."""
+    measured = {(1, 1): 0.040, (1, 2): 0.038, (1, 3): 0.045, (1, 5): 0.060,
+                (8, 8): 0.090, (8, 16): 0.092, (8, 24): 0.110, (8, 40): 0.150}
+    samples = [(s, t, sec) for (s, t), sec in measured.items()]
+    cost = StepCost.fit(samples, grid=True)
+    plane = StepCost.fit(samples)
+    assert not plane.points and plane.predict(8, 16) == plane.plane(8, 16)
+    for (s, t), sec in measured.items():
+        want = 0.039 if (s, t) in ((1, 1), (1, 2)) else sec  # 0.038 after 0.040: noise, pooled
+        assert abs(cost.predict(s, t) - want) < 1e-12, (s, t)
+    assert abs(cost.predict(1, 4) - 0.0525) < 1e-12  # halfway between q=3 and q=5
+    assert abs(cost.predict(8, 32) - 0.130) < 1e-12
+    assert abs(cost.predict(4, 8) - (0.039 + (0.092 - 0.039) * 3 / 7)) < 1e-12  # q=2 across batch sizes 1..8
+    assert abs(cost.predict(16, 32) - (0.092 + plane.plane(16, 32) - plane.plane(8, 16))) < 1e-12
+    assert abs(cost.predict(1, 9) - (0.060 + 4 * plane.per_token)) < 1e-12
+    # the plane charges a batch of 8 a draft token per sequence far more than the grid measured
+    assert (plane.predict(8, 16) - plane.predict(8, 8)) > 5 * (cost.predict(8, 16) - cost.predict(8, 8))
+    cost.save(tmp_path / "cost.json")
+    loaded = StepCost.load(tmp_path / "cost.json")
+    assert loaded.points == cost.points and loaded.predict(4, 13) == cost.predict(4, 13)
+    plane.save(tmp_path / "plane.json")
+    assert not StepCost.load(tmp_path / "plane.json").points
+
+
+grid_costs = st.lists(st.floats(0.001, 0.1), min_size=4, max_size=4).map(
+    lambda ts: StepCost.fit([(1, 1, ts[0]), (1, 2, ts[1]), (1, 4, ts[2]), (1, 8, ts[3])], grid=True))
+
+
+@settings(max_examples=100, deadline=None)
+@given(conf=st.lists(st.lists(st.floats(0.0, 1.0), min_size=0, max_size=3), min_size=1, max_size=1),
+       cost=grid_costs)
+def test_chosen_lengths_are_optimal_under_a_measured_grid(conf: list[list[float]], cost: StepCost) -> None:
+    got = choose_lengths(conf, lambda t: cost.predict(1, t), 1)
+    best = max(rate(conf, ks, cost, 1) for ks in itertools.product(*(range(len(c) + 1) for c in conf)))
+    assert rate(conf, got, cost, 1) >= best * (1 - 1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=8))
+def test_isotonic_is_the_nearest_non_decreasing_sequence(values: list[float]) -> None:
+    import numpy as np
+
+    got = isotonic(values)
+    assert len(got) == len(values) and bool(np.all(np.diff(got) >= -1e-12))
+    assert abs(got.sum() - sum(values)) < 1e-9  # pooled means keep the total
+    if all(b >= a for a, b in itertools.pairwise(values)):
+        assert np.allclose(got, values)
