@@ -97,6 +97,9 @@ class EngineConfig:
     # how the profiled step cost predicts steps it did not measure (engine/speculative/cost_model.py): "grid"
     # interpolates the measured steps; "plane" is a least-squares plane over seqs and tokens
     speculative_cost_fit: str = "grid"
+    # "draft-head": "reduced" drafts from the head's frequency-ranked vocabulary where its weights have one
+    # (engine/speculative/draft_head.py), "full" from the target's whole vocabulary
+    speculative_draft_vocab: str = "reduced"
 
     def __post_init__(self) -> None:
         checks = [
@@ -139,6 +142,8 @@ class EngineConfig:
             (self.moe_backend in ("grouped", "loop"), f"moe_backend must be 'grouped' or 'loop', got {self.moe_backend!r}"),
             (self.speculative in (None, "ngram", "draft-head", "mtp"),
              f"speculative must be None, 'ngram', 'draft-head' or 'mtp', got {self.speculative!r}"),
+            (self.speculative_draft_vocab in ("reduced", "full"),
+             f"speculative_draft_vocab must be 'reduced' or 'full', got {self.speculative_draft_vocab!r}"),
             (self.speculative_cost_fit in ("grid", "plane"),
              f"speculative_cost_fit must be 'grid' or 'plane', got {self.speculative_cost_fit!r}"),
             (self.num_speculative_tokens == "auto" or (isinstance(self.num_speculative_tokens, int)

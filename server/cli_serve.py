@@ -109,6 +109,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="speculative decoding drafter: ngram, draft-head or mtp (default off)")
     g.add_argument("--num-speculative-tokens", default=None, type=speculative_tokens, metavar="K|auto",
                    help="draft tokens per step: an integer, or auto (per sequence, by confidence; default)")
+    g.add_argument("--speculative-draft-vocab", default=None, choices=("reduced", "full"),
+                   help="draft-head: draft from the head's frequency-ranked vocabulary (reduced, default) or the "
+                        "whole vocabulary (EngineConfig.speculative_draft_vocab)")
     g.add_argument("--speculative-cost-fit", default=None, choices=("grid", "plane"),
                    help="auto draft lengths: the profiled step cost interpolated over the measured steps "
                         "(grid, default) or a least-squares plane (EngineConfig.speculative_cost_fit)")
@@ -149,7 +152,7 @@ ENGINE_OPTIONS = {
     "max_num_batched_tokens": "max_num_batched_tokens", "max_model_len": "max_model_len",
     "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
     "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",
-    "speculative_cost_fit": "speculative_cost_fit",
+    "speculative_cost_fit": "speculative_cost_fit", "speculative_draft_vocab": "speculative_draft_vocab",
     "weight_format": "weight_format", "attention_backend": "attention_backend", "norm_backend": "norm_backend",
     "decode_backend": "decode_backend", "linear_backend": "linear_backend",
     "expert_parallel_size": "expert_parallel_size",

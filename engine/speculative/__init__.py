@@ -16,13 +16,14 @@ from recipe.engine.speculative.speculator import AUTO_MAX_DRAFT, Speculator
 __all__ = ["Draft", "Drafter", "NgramDrafter", "SpecMetrics", "Speculator", "StepCost", "build_speculator"]
 
 
-def make_drafter(method: str, max_draft: int, model: Any, model_name: str, runner: Any) -> Drafter:
+def make_drafter(method: str, max_draft: int, model: Any, model_name: str, runner: Any,
+                 full_vocab: bool = False) -> Drafter:
     if method == "ngram":
         return NgramDrafter(max_draft)
     if method == "draft-head":
         from recipe.engine.speculative.head_drafter import load_head_drafter
 
-        drafter = load_head_drafter(model, model_name, next(model.parameters()).dtype)
+        drafter = load_head_drafter(model, model_name, next(model.parameters()).dtype, full_vocab=full_vocab)
         runner.hidden_sink = drafter.hidden
         return drafter
     if method == "mtp":
@@ -37,7 +38,8 @@ def build_speculator(config: Any, *, model: Any, runner: Any, run_on_model_threa
     """The speculator for `config.speculative` ("auto" lengths: cost model loaded, or profiled now)."""
     k = config.num_speculative_tokens
     max_draft = AUTO_MAX_DRAFT if k == "auto" else int(k)
-    drafter = make_drafter(config.speculative, max_draft, model, config.model, runner)
+    drafter = make_drafter(config.speculative, max_draft, model, config.model, runner,
+                           full_vocab=config.speculative_draft_vocab == "full")
     cost = None
     if k == "auto":
         if config.speculative_cost_model is not None:

@@ -4,11 +4,17 @@ Given the target's final hidden state h_t (after its last norm) and the embeddin
 h_t predicted, the head predicts h_{t+1}; the target's own LM head turns it into the next token's logits.
 Chained k times it drafts k tokens for the cost of k small MLPs plus k LM-head rows. Weights live in
 `weights/<model>_draft_head.safetensors`, written by `scripts/train_draft_head.py`.
+
+A reduced draft vocabulary (FR-Spec, EAGLE-3): with `vocab` (token ids ranked by frequency in the target's
+own outputs) the LM head's rows for those tokens alone score the draft, so a draft position costs N / V of
+the full projection (SmolLM2's 49,152 x 576 head is ~15x the head's MLP); tokens outside it are never
+drafted, which loses nothing, since the target verifies every draft.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -18,8 +24,9 @@ WEIGHTS = Path(__file__).parent / "weights"
 
 
 class DraftHead(nn.Module):
-    def __init__(self, hidden_size: int, inner_size: int) -> None:
+    def __init__(self, hidden_size: int, inner_size: int, vocab: torch.Tensor | None = None) -> None:
         super().__init__()
+        self.vocab = vocab  # int64 token ids the head may draft, most frequent first; None: every token
         self.fuse = nn.Linear(2 * hidden_size, hidden_size)
         self.up = nn.Linear(hidden_size, inner_size)
         self.down = nn.Linear(inner_size, hidden_size)
@@ -35,6 +42,8 @@ class DraftHead(nn.Module):
         from safetensors.torch import save_file
 
         state = {k: v.detach().to(torch.float16).contiguous() for k, v in self.state_dict().items()}
+        if self.vocab is not None:
+            state["vocab"] = self.vocab.to(torch.int32).contiguous()
         save_file(state, str(path), metadata={"hidden_size": str(self.up.in_features),
                                               "inner_size": str(self.up.out_features)})
 
@@ -44,9 +53,44 @@ class DraftHead(nn.Module):
 
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata()
-            head = cls(int(meta["hidden_size"]), int(meta["inner_size"]))
-            head.load_state_dict({k: f.get_tensor(k).to(dtype) for k in f.keys()})  # noqa: SIM118
+            names = set(f.keys())
+            vocab = f.get_tensor("vocab").long() if "vocab" in names else None
+            head = cls(int(meta["hidden_size"]), int(meta["inner_size"]), vocab)
+            head.load_state_dict({k: f.get_tensor(k).to(dtype) for k in names - {"vocab"}})
         return head.to(dtype).eval()
+
+
+def lm_weight(model: Any) -> torch.Tensor:
+    """The target's LM head as a [V, H] weight (tied to the embedding where it has no head of its own)."""
+    if hasattr(model, "embed_tokens"):
+        return (model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight).detach()
+    return model.head.detach().t()  # the engine tests' tiny model: logits = hidden @ head
+
+
+class DraftProjection:
+    """The head's next token and its probability from a predicted hidden state: the target's LM head, or its
+    rows for `vocab` alone (softmax over those; token ids mapped back)."""
+
+    def __init__(self, model: Any, vocab: torch.Tensor | None) -> None:
+        self.model, self.vocab = model, vocab
+        self.weight = None if vocab is None else lm_weight(model)[vocab].float().contiguous()
+
+    def __call__(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.weight is None:
+            model_dtype = next(self.model.parameters()).dtype
+            return torch.softmax(self.model.compute_logits(hidden.to(model_dtype)).float(), dim=-1).max(dim=-1)
+        assert self.vocab is not None
+        p, i = torch.softmax(hidden.float() @ self.weight.t(), dim=-1).max(dim=-1)
+        return p, self.vocab[i]
+
+
+def frequency_vocab(outputs: list[list[int]], size: int, vocab_size: int) -> torch.Tensor:
+    """The `size` token ids most frequent in `outputs` (the target's own generations); the rest by lowest id
+    (BPE merge order: earlier merges are the pretraining corpus's more frequent pairs)."""
+    counts = torch.bincount(torch.tensor([t for o in outputs for t in o], dtype=torch.int64), minlength=vocab_size)
+    ids = torch.arange(vocab_size)
+    order = sorted(range(vocab_size), key=lambda t: (-int(counts[t]), t))
+    return ids[torch.tensor(order[:size])]
 
 
 def weights_path(model_name: str) -> Path:

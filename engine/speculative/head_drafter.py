@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 from recipe.engine.sequence import Sequence
-from recipe.engine.speculative.draft_head import DraftHead
+from recipe.engine.speculative.draft_head import DraftHead, DraftProjection
 from recipe.engine.speculative.drafter import Draft
 
 BINS = 10
@@ -57,9 +57,12 @@ def embedder(model: Any) -> Any:
 
 
 class DraftHeadDrafter:
-    def __init__(self, model: Any, head: DraftHead, calibration: BinCalibration) -> None:
+    """`full_vocab`: score drafts over the target's whole vocabulary even where the head has a reduced one."""
+
+    def __init__(self, model: Any, head: DraftHead, calibration: BinCalibration, full_vocab: bool = False) -> None:
         self.model, self.head, self.calibration = model, head, calibration
         self.embed = embedder(model)
+        self.project = DraftProjection(model, None if full_vocab else head.vocab)
         self.hidden: dict[int, torch.Tensor] = {}  # seq_id -> hidden state behind its last token
         # the chain stops once every row's survival (product of calibrated confidences) is below this: each
         # position costs an LM-head pass, and "auto" never verifies a token below its break-even survival
@@ -81,7 +84,7 @@ class DraftHeadDrafter:
         survival = [1.0] * len(rows)
         for j in range(max(max_lens[i] for i in rows)):
             h = self.head(h, self.embed(x).to(dtype))
-            p, x = torch.softmax(self.model.compute_logits(h.to(self.model_dtype)).float(), dim=-1).max(dim=-1)
+            p, x = self.project(h)
             tokens.append(x.tolist())
             probs.append(p.tolist())
             survival = [s * self.calibration.confidence(j, q) for s, q in zip(survival, probs[-1], strict=True)]
@@ -94,17 +97,15 @@ class DraftHeadDrafter:
             out[i] = Draft(ids, [self.calibration.confidence(j, p) for j, p in enumerate(raw)], raw=raw)
         return out
 
-    @property
-    def model_dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
-
     def observe(self, draft: Draft, num_accepted: int) -> None:
         for j in range(min(len(draft.raw), num_accepted + 1)):
             self.calibration.record(j, draft.raw[j], j < num_accepted)
 
 
-def load_head_drafter(model: Any, model_name: str, dtype: torch.dtype, max_len: int = 16) -> DraftHeadDrafter:
-    """The shipped head for `model_name` (ValueError when none was trained for it)."""
+def load_head_drafter(model: Any, model_name: str, dtype: torch.dtype, max_len: int = 16,
+                      full_vocab: bool = False) -> DraftHeadDrafter:
+    """The shipped head for `model_name` (ValueError when none was trained for it); `full_vocab`: ignore its
+    reduced draft vocabulary (its calibration was counted with it)."""
     from recipe.engine.speculative.draft_head import weights_path
     from safetensors import safe_open
 
@@ -114,4 +115,4 @@ def load_head_drafter(model: Any, model_name: str, dtype: torch.dtype, max_len: 
     head = DraftHead.load(path, dtype)
     with safe_open(str(path), framework="pt") as f:
         counts = json.loads(f.metadata().get("calibration", "{}"))
-    return DraftHeadDrafter(model, head, BinCalibration(max_len, counts))
+    return DraftHeadDrafter(model, head, BinCalibration(max_len, counts), full_vocab)

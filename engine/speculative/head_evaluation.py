@@ -3,7 +3,8 @@
 The engine drafts from the hidden state of the position whose logits gave a sequence's last token: the last
 prompt position after prefill, then answer positions. `chained_acceptance` drafts from such positions exactly
 as `DraftHeadDrafter.propose` does (h_t and x_{t+1} in, the head chained, the target's LM head picking each
-token) and counts a draft token as accepted while it equals the target's greedy token there. The training
+token from the head's draft vocabulary) and counts a draft token as accepted while it equals the target's
+greedy token there. The training
 script calibrates with it, and the tests hold the engine's acceptance to it.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 from recipe.engine.context import AttentionContext, reset_context, set_context
-from recipe.engine.speculative.draft_head import DraftHead
+from recipe.engine.speculative.draft_head import DraftHead, DraftProjection
 
 
 @torch.inference_mode()
@@ -51,11 +52,12 @@ def chained_acceptance(head: DraftHead, model: Any, h: torch.Tensor, ids: list[i
     t's logits). `record(j, p, accepted)` sees every tried token with the head's probability of it."""
     counts = [[0, 0] for _ in range(depth)]
     dtype = next(head.parameters()).dtype
+    project = DraftProjection(model, head.vocab)
     for t in positions:
         hh, x = h[t:t + 1].to(dtype), torch.tensor([ids[t + 1]])
         for j in range(depth):
             hh = head(hh, model.embed_tokens(x).to(dtype))
-            p, x = torch.softmax(model.compute_logits(hh.to(h.dtype)).float(), -1).max(-1)
+            p, x = project(hh)
             ok = int(x) == int(greedy[t + 1 + j])
             if record is not None:
                 record(j, float(p), ok)

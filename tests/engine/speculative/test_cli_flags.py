@@ -17,10 +17,17 @@ def test_flags_map_to_the_engine_config() -> None:
         kwargs = engine_config_from_args(parser.parse_args(["serve", "--speculative", "ngram", *argv]))
         config = EngineConfig.from_kwargs("smollm2", **kwargs)
         assert (config.speculative, config.num_speculative_tokens) == ("ngram", k)
+    assert (EngineConfig.from_kwargs("smollm2").speculative_cost_fit,
+            EngineConfig.from_kwargs("smollm2").speculative_draft_vocab) == ("grid", "reduced")
+    args = parser.parse_args(["serve", "--speculative", "draft-head", "--speculative-cost-fit", "plane",
+                              "--speculative-draft-vocab", "full"])
+    config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
+    assert (config.speculative_cost_fit, config.speculative_draft_vocab) == ("plane", "full")
 
 
 @pytest.mark.parametrize("argv", [["--speculative", "eagle"], ["--num-speculative-tokens", "0"],
-                                  ["--num-speculative-tokens", "lots"]])
+                                  ["--num-speculative-tokens", "lots"], ["--speculative-cost-fit", "cubic"],
+                                  ["--speculative-draft-vocab", "half"]])
 def test_bad_values_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["serve", *argv])

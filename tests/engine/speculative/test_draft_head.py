@@ -100,3 +100,51 @@ def test_shipped_head_accepts_in_the_engine_what_the_offline_measure_predicts() 
         llm.shutdown()
     assert m.draft_tokens >= 40 and tried >= 80
     assert abs(m.acceptance_rate - accepted / tried) <= 0.05, (m.acceptance_rate, accepted / tried)
+
+
+@pytest.mark.parametrize("full_vocab", [False, True])
+def test_a_reduced_draft_vocabulary_drafts_only_its_tokens_and_changes_no_output(full_vocab: bool) -> None:
+    """FR-Spec: the head scores only its vocabulary's LM-head rows; the target still verifies, so greedy output
+    equals no speculation whether the drafter uses the reduced vocabulary or (its off switch) the whole one."""
+    from tiny_paged_model import VOCAB
+
+    prompts = repetitive_prompts(4, 43)
+    params = SamplingParams(temperature=0.0, max_tokens=24)
+    expected = make_llm(MODEL).generate(prompts, params)
+    torch.manual_seed(0)
+    vocab = torch.arange(0, VOCAB, 2)  # every even token id
+    head = DraftHead(32, 64, vocab).double()
+    drafter = DraftHeadDrafter(MODEL, head, BinCalibration(16), full_vocab=full_vocab)
+    proposed: list[int] = []
+    propose = drafter.propose
+
+    def recording(seqs, max_lens):  # type: ignore[no-untyped-def]
+        drafts = propose(seqs, max_lens)
+        proposed.extend(t for d in drafts for t in d.token_ids)
+        return drafts
+
+    drafter.propose = recording  # type: ignore[method-assign]
+    llm = make_llm(MODEL, speculative="ngram", num_speculative_tokens=3, num_kv_blocks=40)
+    use_drafter(llm, drafter)
+    llm.engine.runner.hidden_sink = drafter.hidden
+    got = llm.generate(prompts, params)
+    assert [o.new_token_ids for o in got] == [o.new_token_ids for o in expected]
+    assert len(proposed) > 20
+    odd = sum(t % 2 for t in proposed)
+    assert odd > 0 if full_vocab else odd == 0
+
+
+def test_reduced_projection_equals_the_full_logits_restricted_to_the_vocabulary(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from recipe.engine.speculative.draft_head import DraftProjection, frequency_vocab
+
+    vocab = frequency_vocab([[7, 7, 7, 3, 3, 9]], 5, 12)
+    assert vocab.tolist() == [7, 3, 9, 0, 1]  # by count, then by lowest id
+    torch.manual_seed(2)
+    h = torch.randn(4, 32, dtype=torch.float64)
+    full = torch.softmax(MODEL.compute_logits(h)[:, vocab], dim=-1).max(dim=-1)
+    p, tokens = DraftProjection(MODEL, vocab)(h)
+    assert tokens.tolist() == vocab[full.indices].tolist()
+    assert torch.allclose(p, full.values.float(), atol=1e-5)
+    head = DraftHead(8, 16, vocab)
+    head.save(tmp_path / "h.safetensors")
+    assert DraftHead.load(tmp_path / "h.safetensors").vocab.tolist() == vocab.tolist()
