@@ -13,8 +13,9 @@ fixed k = 1..6, and k = auto (per sequence and step, from calibrated confidences
 model). Also printed: no speculation with asynchronous scheduling off, since a speculative step cannot overlap
 the scheduling of the next one (the next step's positions depend on how many drafts it accepts).
 Figures: median over rounds of output tok/s, of its ratio to no speculation, the acceptance rate, the mean
-accepted length (tokens per speculating sequence-step) and the mean chosen k; "same" says whether every
-greedy output equalled the output without speculation.
+accepted length (tokens per speculating sequence-step), the mean chosen k, "cpu ratio" (this process's CPU
+seconds without speculation over the configuration's: less sensitive to other processes' load than tok/s) and
+"same", whether every greedy output equalled the output without speculation.
 """
 
 from __future__ import annotations
@@ -73,10 +74,15 @@ def workloads(tokenizer: Any) -> dict[str, tuple[list[str], Any]]:
 
 
 def run(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> tuple[float, int, list[tuple[int, ...]]]:
-    t = time.perf_counter()
+    """(wall seconds, output tokens, outputs); the process's CPU seconds go to `CPU_SECONDS[-1]`."""
+    t, c = time.perf_counter(), time.process_time()
     outs = llm.generate(prompts, params)
     seconds = time.perf_counter() - t
+    CPU_SECONDS.append(time.process_time() - c)
     return seconds, sum(len(o.new_token_ids) for o in outs), [o.new_token_ids for o in outs]
+
+
+CPU_SECONDS: list[float] = []  # per `run`: CPU time of this process (all threads), less sensitive to others' load
 
 
 def verify_steps(threads: int, context: int, repeats: int) -> None:
@@ -119,6 +125,10 @@ def main() -> None:
     ap.add_argument("--linear-backend", default="few-rows", choices=("torch", "few-rows"),
                     help="EngineConfig.linear_backend of every engine (few-rows: verify steps of k+1 rows cost "
                          "about one row's time)")
+    ap.add_argument("--cost-fit", default="grid", choices=("grid", "plane"),
+                    help="EngineConfig.speculative_cost_fit of the speculative engine (auto's step cost model)")
+    ap.add_argument("--draft-vocab", default="reduced", choices=("reduced", "full"),
+                    help="EngineConfig.speculative_draft_vocab (draft-head: the head's frequency-ranked vocabulary)")
     ap.add_argument("--only", choices=("speed", "verify-step"), default="speed",
                     help="verify-step: time one verify step of q positions against a decode step instead")
     args = ap.parse_args()
@@ -129,7 +139,8 @@ def main() -> None:
             "kv_cache_bytes": 256 << 20, "linear_backend": args.linear_backend}
     off = LLM("smollm2", **base)
     sync = LLM("smollm2", async_scheduling=False, **base)
-    spec = LLM("smollm2", speculative=args.drafter, num_speculative_tokens="auto", **base)
+    spec = LLM("smollm2", speculative=args.drafter, num_speculative_tokens="auto",
+               speculative_cost_fit=args.cost_fit, speculative_draft_vocab=args.draft_vocab, **base)
     print(f"step cost model (profiled at start-up): {spec.engine.speculator.cost}")
     ks: list[int | str] = [k if k == "auto" else int(k) for k in args.ks.split(",")]
     tok = spec.tokenizer
@@ -148,12 +159,14 @@ def main() -> None:
                 run(llm, warm, params)
             rates: dict[str, list[float]] = {}
             ratios: dict[str, list[float]] = {}
+            cpu_ratios: dict[str, list[float]] = {}  # CPU seconds of "off" over the configuration's
             stats: dict[str, list[Any]] = {}
             same: dict[str, bool] = {}
             for _ in range(args.repeats):
                 prompts = fresh()
                 seconds, n, ref = run(off, prompts, params)
                 rates.setdefault("off", []).append(n / seconds)
+                off_cpu = CPU_SECONDS[-1]
                 seconds, n, outs = run(sync, prompts, params)
                 rates.setdefault("off (sync)", []).append(n / seconds)
                 ratios.setdefault("off (sync)", []).append(n / seconds / rates["off"][-1])
@@ -165,10 +178,11 @@ def main() -> None:
                     key = f"k={k}"
                     rates.setdefault(key, []).append(n / seconds)
                     ratios.setdefault(key, []).append(n / seconds / rates["off"][-1])
+                    cpu_ratios.setdefault(key, []).append(off_cpu / CPU_SECONDS[-1])
                     stats.setdefault(key, []).append((before, after))
                     same[key] = same.get(key, True) and outs == ref
             print(f"\n{name}, batch {batch}, {args.drafter} ({args.tokens} tokens max, {args.repeats} round(s)):")
-            print(f"  {'config':<12}{'tok/s':>8}{'ratio':>8}{'accept':>8}{'mean len':>10}{'mean k':>8}  same")
+            print(f"  {'config':<12}{'tok/s':>8}{'ratio':>8}{'accept':>8}{'mean len':>10}{'mean k':>8}{'cpu ratio':>10}  same")
             for key in rates:
                 line = f"  {key:<12}{statistics.median(rates[key]):8.2f}"
                 line += f"{statistics.median(ratios[key]):8.2f}" if key in ratios else f"{1.0:8.2f}"
@@ -181,7 +195,8 @@ def main() -> None:
                         for kk, c in after.length_histogram.items():
                             hist[kk] = hist.get(kk, 0) + c - before.length_histogram.get(kk, 0)
                     chosen = sum(kk * c for kk, c in hist.items()) / max(1, sum(hist.values()))
-                    line += f"{acc / max(a, 1):8.2f}{1 + acc / max(d, 1):10.2f}{chosen:8.2f}  {same[key]}"
+                    line += f"{acc / max(a, 1):8.2f}{1 + acc / max(d, 1):10.2f}{chosen:8.2f}"
+                    line += f"{statistics.median(cpu_ratios[key]):10.2f}  {same[key]}"
                 print(line, flush=True)
     for llm in (off, sync, spec):
         llm.shutdown()
