@@ -15,6 +15,10 @@ from torch import nn
 
 
 def unweighted_rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """`x * rsqrt(mean(x^2) + eps)` over the last dimension (in fp32 through torch's fused kernel, which equals
+    the formula bit for bit, one call for six)."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), eps=eps)
     return x * as_dtype(torch.rsqrt(x.float().square().mean(-1, keepdim=True) + eps), x.dtype)
 
 
@@ -28,17 +32,28 @@ class HyperConnection(nn.Module):
         self.fn = nn.Parameter(torch.empty(width, hc_mult * hidden_size, dtype=torch.float32))
         self.base = nn.Parameter(torch.empty(width, dtype=torch.float32))
         self.scale = nn.Parameter(torch.empty(3, dtype=torch.float32))
+        self._scale_index: torch.Tensor | None = None  # see `scale_index`
+
+    def scale_index(self, device: torch.device) -> torch.Tensor:
+        """The scale of each column of the mix: `scale[0]` for pre's, `scale[1]` for post's, `scale[2]` for
+        comb's (made on first use: the model may be built on the meta device and materialised later)."""
+        index = self._scale_index
+        if index is None or index.device != device:
+            hc = self.hc
+            index = self._scale_index = torch.tensor([0] * hc + [1] * hc + [2] * hc * hc, device=device)
+        return index
 
     def forward(self, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n, hc = streams.shape[0], self.hc
-        flat = unweighted_rms_norm(streams.reshape(n, -1).float(), self.norm_eps)
-        mix = F.linear(flat, self.fn.float())
-        pre_w, post_w, comb_w = mix.split([hc, hc, hc * hc], dim=-1)
-        pre_b, post_b, comb_b = self.base.float().split([hc, hc, hc * hc])
-        s = self.scale.float()
-        pre = torch.sigmoid(pre_w * s[0] + pre_b) + self.hc_eps
-        post = 2 * torch.sigmoid(post_w * s[1] + post_b)
-        comb = torch.softmax(comb_w.view(n, hc, hc) * s[2] + comb_b.view(hc, hc), dim=-1) + self.hc_eps
+        flat = unweighted_rms_norm(as_dtype(streams.reshape(n, -1), torch.float32), self.norm_eps)
+        mix = F.linear(flat, as_dtype(self.fn, torch.float32))
+        # mix * scale + base for the three parts at once, then pre and post through one sigmoid
+        z = torch.addcmul(as_dtype(self.base, torch.float32), mix,
+                          as_dtype(self.scale, torch.float32)[self.scale_index(streams.device)])
+        gates = torch.sigmoid(z[:, : 2 * hc])
+        pre = gates[:, :hc] + self.hc_eps
+        post = gates[:, hc:] * 2
+        comb = torch.softmax(z[:, 2 * hc :].view(n, hc, hc), dim=-1) + self.hc_eps
         comb = comb / (comb.sum(dim=-2, keepdim=True) + self.hc_eps)
         for _ in range(self.iters - 1):
             comb = comb / (comb.sum(dim=-1, keepdim=True) + self.hc_eps)
@@ -65,7 +80,8 @@ class HyperHead(nn.Module):
         self.hc_scale = nn.Parameter(torch.empty(1, dtype=torch.float32))
 
     def forward(self, streams: torch.Tensor) -> torch.Tensor:
-        flat = unweighted_rms_norm(streams.flatten(1).float(), self.norm_eps)
-        mix = F.linear(flat, self.hc_fn.float())
-        pre = torch.sigmoid(mix * self.hc_scale.float() + self.hc_base.float()) + self.hc_eps
+        flat = unweighted_rms_norm(as_dtype(streams.flatten(1), torch.float32), self.norm_eps)
+        mix = F.linear(flat, as_dtype(self.hc_fn, torch.float32))
+        pre = torch.sigmoid(torch.addcmul(as_dtype(self.hc_base, torch.float32), mix,
+                                          as_dtype(self.hc_scale, torch.float32))) + self.hc_eps
         return as_dtype((pre.unsqueeze(-1) * streams).sum(dim=1), streams.dtype)
