@@ -40,9 +40,9 @@ def _slots(table: torch.Tensor, rows: torch.Tensor, rows_per_block: int, used: t
     """table [B, nb] block ids, rows [B, K] -> flat pool slots [B, K] where `used` (those rows must lie in held
     blocks), slot 0 elsewhere (read, then masked)."""
     rows = torch.where(used, rows, 0)
-    blocks = table.gather(1, rows // rows_per_block)
-    assert bool((blocks >= 0).logical_or_(~used).all()), "read or write of a released block"
-    return torch.where(used, blocks * rows_per_block + rows % rows_per_block, 0)
+    blocks = torch.where(used, table.gather(1, rows // rows_per_block), 0)  # unused: block 0, row 0 -> slot 0
+    assert blocks.numel() == 0 or int(blocks.min()) >= 0, "read or write of a released block"
+    return blocks * rows_per_block + rows % rows_per_block
 
 
 def _stack(tables: list[torch.Tensor]) -> torch.Tensor:
