@@ -120,7 +120,7 @@ def recipe_llm(args: argparse.Namespace, weight_format: str, layers: int | None 
     if layers is not None:
         del model.layers[layers:]
     config = {"num_kv_blocks": args.kv_blocks, "attention_backend": args.attention_backend,
-              "norm_backend": args.norm_backend, **config}
+              "norm_backend": args.norm_backend, "step_threads": args.step_threads, **config}
     return LLM((model, info), dtype=args.dtype, num_threads=args.threads, weight_format=weight_format, **config)
 
 
@@ -412,6 +412,8 @@ def main() -> int:
                    help="Recipe weight formats to measure (EngineConfig.weight_format; also int8, int4)")
     p.add_argument("--attention-backend", default="native", help="EngineConfig.attention_backend of Recipe's runs")
     p.add_argument("--norm-backend", default="native", help="EngineConfig.norm_backend of Recipe's runs")
+    p.add_argument("--step-threads", default="off", choices=("auto", "off"),
+                   help="EngineConfig.step_threads of Recipe's runs")
     p.add_argument("--decode-backends", default="layers,fused",
                    help="EngineConfig.decode_backend values measured side by side in batch1")
     p.add_argument("--overhead-layers", type=int, default=1)

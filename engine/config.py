@@ -62,13 +62,14 @@ class EngineConfig:
     swa_replay_margin: int | None = None  # replay sliding_window + margin tokens; None = the exact margin
     swa_persist_window: bool = True  # with the lower KV tiers, window state at each grain goes down too
     # Speed paths, each with its reference as the off switch (tests prove them equal):
-    # "reference" (default): one attention call per sequence, so a sequence's numerics never depend on
-    # what else is in the batch; "batched": one padded call per layer for the decode rows (proven equal in
-    # tests to 1e-10 in fp64, but fp32 rounding then varies with batch composition, and its speed-up is not
-    # yet measured on a quiet machine); "native": the decode rows in one native kernel call per layer that
-    # reads K/V in place through the block tables, each row computed alone (batch-independent numerics; fp32
-    # only, else the reference), prefill spans as the reference.
-    attention_backend: str = "reference"
+    # "reference": one attention call per sequence, so a sequence's numerics never depend on what else is in
+    # the batch; "batched": one padded call per layer for the decode rows (proven equal in tests to 1e-10 in
+    # fp64, but fp32 rounding then varies with batch composition); "native": the decode rows in one native
+    # kernel call per layer that reads K/V in place through the block tables, each row computed alone
+    # (batch-independent numerics; fp32 only, else the reference), prefill spans as the reference.
+    # None (default): the model's own default, "batched" for DeepSeek-V4 (a third of the reference's ops per
+    # decode step at batch 8, equal to transformers' logits in tests), "reference" for every other model.
+    attention_backend: str | None = None
     # "dtype": weights in `dtype`; "int8" / "int4": weight-only quantised linears on torch's kernels; "q8_0" /
     # "q4_1": GGUF's block formats on the native CPU kernels (engine/kernels; pure torch without a compiler)
     weight_format: str = "dtype"
@@ -127,8 +128,8 @@ class EngineConfig:
             (self.swa_replay_margin is None or self.swa_replay_margin >= 0, "swa_replay_margin must be >= 0"),
             (self.swa_session_bytes is None or self.enable_prefix_caching,
              "the sliding-window session cache (swa_session_bytes) needs enable_prefix_caching"),
-            (self.attention_backend in ("batched", "native", "reference"),
-             f"attention_backend must be 'batched', 'native' or 'reference', got {self.attention_backend!r}"),
+            (self.attention_backend in (None, "batched", "native", "reference"),
+             f"attention_backend must be 'batched', 'native', 'reference' or None, got {self.attention_backend!r}"),
             (self.weight_format in WEIGHT_FORMATS,
              f"weight_format must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, got {self.weight_format!r}"),
             (self.norm_backend in ("native", "torch"), f"norm_backend must be 'native' or 'torch', got {self.norm_backend!r}"),

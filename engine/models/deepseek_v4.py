@@ -30,6 +30,9 @@ from torch import nn
 class DeepseekV4ForCausalLM(nn.Module):
     """forward(input_ids [N], positions [N], plan) -> hidden [N, H]."""
 
+    # EngineConfig.attention_backend=None picks this: one attention call per layer for a step's decode rows
+    default_attention_backend = "batched"
+
     def __init__(self, c: DeepseekV4Config) -> None:
         super().__init__()
         self.config = c

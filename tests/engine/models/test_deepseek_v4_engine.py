@@ -87,3 +87,18 @@ def record_sequences(monkeypatch: pytest.MonkeyPatch) -> None:
         original(self, seq)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Scheduler, "add", add)
+
+
+def test_v4_defaults_to_the_batched_decode_rows_and_other_models_to_the_reference(v4_dir: Path,
+                                                                                   tiny_llama_dir: Path) -> None:
+    """`attention_backend=None` is the model's default: "batched" for V4 (proven equal above and against
+    `transformers` in test_deepseek_v4_matches_transformers.py), "reference" elsewhere; a value given wins."""
+    from recipe.engine import LLM
+
+    for path, config, want in ((v4_dir, {}, "batched"), (tiny_llama_dir, {}, "reference"),
+                               (v4_dir, {"attention_backend": "reference"}, "reference")):
+        llm = LLM(str(path), num_kv_blocks=32, num_threads=1, **config)
+        try:
+            assert llm.engine.attention_backend == llm.engine.runner.attention_backend == want
+        finally:
+            llm.shutdown()
