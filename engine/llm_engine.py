@@ -81,8 +81,8 @@ class LLMEngine:
                                    max_num_batched_tokens=cfg.max_num_batched_tokens,
                                    max_model_len=self.max_model_len)
         # None: the model's own default (DeepSeek-V4: "batched"), else the per-sequence reference
-        self.attention_backend: str = cfg.attention_backend or getattr(self.model, "default_attention_backend",
-                                                                        "reference")
+        self.attention_backend = str(cfg.attention_backend or getattr(self.model, "default_attention_backend",
+                                                                       "reference"))
         self.runner = ModelRunner(self.model, block_size=cfg.block_size, num_blocks=num_blocks,
                                   dtype=self.dtype, device=self.device, attention_backend=self.attention_backend,
                                   weight_format=cfg.weight_format, moe_backend=cfg.moe_backend,
