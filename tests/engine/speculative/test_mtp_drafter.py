@@ -269,3 +269,41 @@ def test_mtp_on_a_checkpoint_without_mtp_layers_is_a_clear_error(tmp_path: Path,
     assert rc == 2
     assert "recipe serve: speculative='mtp' needs a checkpoint with multi-token-prediction layers" in err
     assert "Traceback" not in err
+
+
+def test_session_cache_hits_restore_the_mtp_rows(mtp_dir: Path) -> None:
+    """With the sliding-window session cache, a conversation's next turn gets its window back from the cache
+    (MTP columns included): output equal to the plain engine's, every proposal the formula's."""
+    base: dict[str, Any] = {"num_kv_blocks": 96, "max_num_batched_tokens": 24, "swa_session_bytes": 1 << 20,
+                            "swa_session_grain": 16}
+
+    def conversation(llm: LLM) -> list[list[int]]:
+        g = torch.Generator().manual_seed(5)
+        history: dict[int, list[int]] = {0: [], 1: []}
+        outs = []
+        for _ in range(3):
+            for s in (0, 1):
+                prompt = history[s] + torch.randint(2, VOCAB, (int(torch.randint(20, 40, (1,), generator=g)),),
+                                                    generator=g).tolist()
+                outs += greedy(llm, [prompt])
+                history[s] = prompt + outs[-1]
+        return outs
+
+    off = v4_llm(mtp_dir, **base)
+    expected = conversation(off)
+    off.shutdown()
+    llm = v4_llm(mtp_dir, speculative="mtp", num_speculative_tokens=3, **base)
+    try:
+        rec = Recorder(llm.engine.speculator.drafter)
+        llm.engine.speculator.drafter = rec
+        got = conversation(llm)
+        llm.engine.block_manager.check_invariants()
+        sessions = llm.engine.stats().swa_sessions
+    finally:
+        llm.shutdown()
+    assert got == expected
+    assert sessions is not None and sessions.hits > 0
+    model = load_engine_v4(mtp_dir, num_blocks=96)
+    for tokens, ids, raw in rec.seen:
+        want, probs = reference_proposal(model, tokens, len(ids))
+        assert ids == want and raw == pytest.approx(probs, abs=1e-4)
