@@ -121,19 +121,21 @@ def greedy(llm: LLM, ps: list[list[int]], n: int = 1, **params: Any) -> list[lis
     return [list(o.new_token_ids) for o in out]
 
 
-@pytest.mark.parametrize("oracle", [False, True])
-def test_every_proposal_equals_the_mtp_formula_computed_directly(mtp_dir: Path, oracle: bool,
+@pytest.mark.parametrize(("oracle", "backend"), [(False, "batched"), (True, "batched"), (True, "reference")])
+def test_every_proposal_equals_the_mtp_formula_computed_directly(mtp_dir: Path, oracle: bool, backend: str,
                                                                  seen: list[Sequence]) -> None:
     """Batching, chunked prefill, preemption (a pool too small for all), prefix hits (each prompt twice) and
     n = 2: every proposal's tokens equal the reference's and its probabilities are close. With the oracle the
-    drafts verified are mostly right, so the catch-up runs over accepted positions of every length."""
+    drafts verified are mostly right, so the catch-up runs over accepted positions of every length. Both
+    attention backends (the batched decode rows, and the per-sequence reference) for catch-up and chain."""
     ps = prompts()
     off = v4_llm(mtp_dir, num_kv_blocks=10)
     expected = greedy(off, ps, n=N)
     off.shutdown()
     seen.clear()
-    llm = v4_llm(mtp_dir, num_kv_blocks=10, speculative="mtp", num_speculative_tokens=3)
+    llm = v4_llm(mtp_dir, num_kv_blocks=10, speculative="mtp", num_speculative_tokens=3, attention_backend=backend)
     try:
+        assert llm.engine.runner.attention_backend == backend
         rec = Recorder(llm.engine.speculator.drafter,
                        {tuple(p): e for p, e in zip(ps, expected[::2], strict=True)} if oracle else None)
         llm.engine.speculator.drafter = rec
