@@ -44,13 +44,19 @@ class _Matcher:
     * inside a JSON string whose text is free (`string_masks`, when `track_strings` attached a tracker)
       the mask computed at the string's first such position is copied at the later ones;
     * the raw pointer of the last output array is kept (`ndarray.ctypes` costs microseconds per call).
+
+    `eos_probe` (word, bit) is llguidance's own EOS id in a mask: llguidance sets it exactly when the matcher
+    is accepting, or when it has stopped (then the mask is EOS alone). A clear bit therefore means "not
+    accepting", which `Matcher` uses to skip asking (`Matcher.eos_from_mask`).
     """
 
-    __slots__ = ("_consumed", "_initial", "_m", "_nbytes", "_out", "_ptr", "_reuse_key", "_reuse_mask", "_strings")
+    __slots__ = ("_consumed", "_initial", "_m", "_nbytes", "_out", "_ptr", "_reuse_key", "_reuse_mask", "_strings",
+                 "eos_probe")
 
-    def __init__(self, m: llg.LLMatcher, initial: np.ndarray | None) -> None:
+    def __init__(self, m: llg.LLMatcher, initial: np.ndarray | None, eos_id: int | None = None) -> None:
         self._m = m
         self._initial = initial
+        self.eos_probe = (eos_id >> 5, 1 << (eos_id & 31)) if eos_id is not None else None
         self._consumed = 0
         self._out: np.ndarray | None = None
         self._ptr = 0
@@ -127,9 +133,10 @@ class _Matcher:
 
 
 class _Handle:
-    def __init__(self, grammar: str, proto: llg.LLMatcher, initial: np.ndarray) -> None:
+    def __init__(self, grammar: str, proto: llg.LLMatcher, initial: np.ndarray, eos_id: int) -> None:
         self.grammar = grammar
         self._proto = proto
+        self._eos_id = eos_id  # the tokenizer's EOS as llguidance knows it (`ll_tokenizer`)
         self._initial = initial
         self._initial.flags.writeable = False
         self._lock = threading.Lock()  # one clone at a time: requests on many threads share the prototype
@@ -139,7 +146,7 @@ class _Handle:
 
     def new_matcher(self) -> _Matcher:
         with self._lock:
-            return _Matcher(self._proto.deep_copy(), self._initial)
+            return _Matcher(self._proto.deep_copy(), self._initial, self._eos_id)
 
 
 def grammar_text(kind: str, source: Any, *, lenient: bool) -> str:
@@ -177,7 +184,7 @@ class LLGuidanceBackend:
         proto.unsafe_compute_mask_ptr(initial.ctypes.data, initial.nbytes)
         if proto.is_error():
             raise ConstraintError(f"llguidance: {_clean(proto.get_error())}")
-        return _Handle(grammar, proto, initial)
+        return _Handle(grammar, proto, initial, vocab.eos_token_ids[0])
 
 
 def _clean(msg: str) -> str:
