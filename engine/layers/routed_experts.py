@@ -32,6 +32,11 @@ def expert_rows(rows: torch.Tensor, experts: torch.Tensor, w_gate_up: torch.Tens
     if backend == "loop":
         return _loop_rows(rows, experts, w_gate_up, w_down, activation, inter)
     num = w_gate_up.shape[0]
+    if 2 * rows.shape[0] <= num:  # few rows (a decode step): each row through its own expert's weights,
+        # gathered (no more weight bytes than the grouping below copies when few experts are active), in 14
+        # ops instead of the grouping's 30
+        gate, up = torch.bmm(w_gate_up.index_select(0, experts), rows.unsqueeze(2)).squeeze(2).split(inter, dim=-1)
+        return torch.bmm(w_down.index_select(0, experts), activation(gate, up).unsqueeze(2)).squeeze(2)
     order = experts.argsort(stable=True)
     by_expert = experts[order]
     counts = torch.bincount(experts, minlength=num)
