@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 Activation = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+_SMALL_GATHER = 1 << 20  # bytes of gathered expert weights below which gathering beats grouping
 
 
 def silu_and_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -32,9 +33,11 @@ def expert_rows(rows: torch.Tensor, experts: torch.Tensor, w_gate_up: torch.Tens
     if backend == "loop":
         return _loop_rows(rows, experts, w_gate_up, w_down, activation, inter)
     num = w_gate_up.shape[0]
-    if 2 * rows.shape[0] <= num:  # few rows (a decode step): each row through its own expert's weights,
-        # gathered (no more weight bytes than the grouping below copies when few experts are active), in 14
-        # ops instead of the grouping's 30
+    m = rows.shape[0]
+    gathered = m * (w_gate_up.shape[1] * w_gate_up.shape[2] + w_down.shape[1] * w_down.shape[2]) * w_gate_up.element_size()
+    if 2 * m <= num or gathered <= _SMALL_GATHER:  # each row through its own expert's weights, gathered, in 14
+        # ops instead of the grouping's 30: a few rows (at most half the experts: no more weight bytes than the
+        # grouping copies when few experts are active), or small experts (a copy that costs less than the ops)
         gate, up = torch.bmm(w_gate_up.index_select(0, experts), rows.unsqueeze(2)).squeeze(2).split(inter, dim=-1)
         return torch.bmm(w_down.index_select(0, experts), activation(gate, up).unsqueeze(2)).squeeze(2)
     order = experts.argsort(stable=True)

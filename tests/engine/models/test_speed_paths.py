@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_driver import PagedDriver
 from recipe.engine import LLM, SamplingParams
+from recipe.engine.layers import routed_experts
 from recipe.engine.layers.moe import GroupedTopKRouter, MoE
 from recipe.engine.layers.quantized_linear import (
     GROUP,
@@ -64,14 +65,22 @@ def _moe(seed: int, hidden: int, experts: int, top_k: int, groups: int) -> MoE:
 @given(seed=st.integers(0, 10**6), tokens=st.integers(1, 40), experts=st.sampled_from([8, 16]),
        top_k=st.integers(1, 4), groups=st.sampled_from([1, 2, 4]))  # >= 2 experts per group, as V3
 def test_grouped_moe_equals_the_expert_loop(seed: int, tokens: int, experts: int, top_k: int, groups: int) -> None:
+    """Both grouped ways: gathered weights per row (small experts, or few rows) and the grouping by expert."""
     moe = _moe(seed, 16, experts, top_k, groups)
     x = torch.randn(tokens, 16, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    small = routed_experts._SMALL_GATHER
     with torch.inference_mode():
         moe.backend = "loop"
         ref = moe(x)
         moe.backend = "grouped"
-        got = moe(x)
-    torch.testing.assert_close(got, ref, atol=1e-12, rtol=0)
+        gathered = moe(x)
+        try:
+            routed_experts._SMALL_GATHER = 0  # only few rows (at most half the experts) gather now
+            grouped = moe(x)
+        finally:
+            routed_experts._SMALL_GATHER = small
+    torch.testing.assert_close(gathered, ref, atol=1e-12, rtol=0)
+    torch.testing.assert_close(grouped, ref, atol=1e-12, rtol=0)
 
 
 @settings(max_examples=25, deadline=None)
