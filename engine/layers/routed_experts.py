@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from recipe.engine.layers.cast import as_dtype
 from torch import nn
 
 Activation = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -107,4 +108,4 @@ class RoutedExperts(nn.Module):
         h = expert_rows(x.index_select(0, token), ids.reshape(-1), self.w_gate_up, self.w_down, self.activation,
                         self.backend)
         out = torch.zeros_like(x)
-        return out.index_add_(0, token, (h * weights.reshape(-1, 1)).to(out.dtype))
+        return out.index_add_(0, token, as_dtype(h * weights.reshape(-1, 1), out.dtype))

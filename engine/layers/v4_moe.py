@@ -48,7 +48,7 @@ class V4Router(nn.Module):
     def forward(self, x: torch.Tensor, token_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scores = self.score(F.linear(x, as_dtype(self.weight, x.dtype)))
         if self.is_hash:
-            ids = self.tid2eid[token_ids].long()
+            ids = as_dtype(self.tid2eid[token_ids], torch.int64)
         else:
             ids = torch.topk(scores + self.e_score_correction_bias, self.top_k, dim=-1, sorted=False).indices
         weights = scores.gather(1, ids)
