@@ -17,28 +17,29 @@ from recipe.engine.speculative.cost_model import StepCost
 
 def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: int = 64,
                       repeats: int = 3, grid: bool = True) -> StepCost:
-    """Fit `StepCost` to the fastest of `repeats` runs per grid point (after one warm-up run each).
+    """Fit `StepCost` to the fastest of `repeats` runs per grid point (after a warm-up pass), the grid run in
+    `repeats` passes.
 
     The grid includes plain decode steps (one position per sequence): k=0 is what every draft is weighed
     against, so its cost is measured, not extrapolated from verify steps. The fastest run, since on a shared
-    machine the slower ones time other processes. Every query length up to 7 is measured (a few rows may
-    cost about one, and the linear backend changes path at 4 and 7 rows); `grid`: `StepCost` interpolates
-    the measurements (else a least-squares plane)."""
+    machine the slower ones time other processes. One sequence is measured at every query length up to 7 (a
+    few rows may cost about one, and the linear backend changes path at 4 and 7 rows); `grid`: `StepCost`
+    interpolates the measurements (else a least-squares plane)."""
     bs = runner.block_size
     context = max(0, min(context, runner.num_blocks * bs - max_query))  # a small pool: a shorter context
     per_seq = -(-(context + max_query) // bs)
     top = max(1, min(max_seqs, runner.num_blocks // per_seq))
     seq_grid = sorted({1, max(1, top // 2), top})
-    query_grid = sorted({*range(1, min(max_query, 7) + 1), max_query})
-    samples = []
-    for b in seq_grid:
-        for q in query_grid:
-            step = probe_step(runner, b, q, context)
+    # one sequence: every query length up to 7, where the linear backend changes path; more sequences: fewer
+    query_grid = {1: sorted({*range(1, min(max_query, 7) + 1), max_query})}
+    wide = sorted({q for q in (1, 2, 3, 5, max_query) if q <= max_query})
+    steps = {(b, q): probe_step(runner, b, q, context) for b in seq_grid for q in query_grid.get(b, wide)}
+    for step in steps.values():
+        runner.execute(step)  # warm-up
+    best = dict.fromkeys(steps, float("inf"))
+    for _ in range(repeats):  # whole passes over the grid: a burst of load slows one run of many points, not
+        for key, step in steps.items():  # every run of a few
+            t0 = time.perf_counter()
             runner.execute(step)
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                runner.execute(step)
-                times.append(time.perf_counter() - t0)
-            samples.append((b, b * q, min(times)))
-    return StepCost.fit(samples, grid=grid)
+            best[key] = min(best[key], time.perf_counter() - t0)
+    return StepCost.fit([(b, b * q, t) for (b, q), t in best.items()], grid=grid)
