@@ -117,9 +117,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                         "(grid, default) or a least-squares plane (EngineConfig.speculative_cost_fit)")
     g.add_argument("--weight-format", default=None, choices=("dtype", "int8", "int4", "q8_0", "q4_1"),
                    help="weights: dtype (default), int8/int4 (torch kernels), q8_0/q4_1 (native CPU kernels)")
-    g.add_argument("--step-threads", default=None, choices=("auto", "off"),
-                   help="intra-op threads per step: auto (profiled at start-up: small steps may run on fewer "
-                        "threads than --threads) or off (default: every step on --threads; "
+    g.add_argument("--step-threads", default="auto", choices=("auto", "off"),
+                   help="intra-op threads per step: auto (default; profiled at start-up, about a second: small "
+                        "steps may run on fewer threads than --threads) or off (every step on --threads; "
                         "EngineConfig.step_threads)")
     g.add_argument("--attention-backend", default=None, choices=("reference", "batched", "native"),
                    help="attention of the decode rows (EngineConfig.attention_backend)")

@@ -73,7 +73,8 @@ def test_engine_flags_set_every_engine_option_with_vllm_names() -> None:
     from recipe.cli import build_parser
 
     parser = build_parser()
-    assert engine_config_from_args(parser.parse_args(["serve"])) == {}  # unset flags keep the engine defaults
+    # unset flags keep the engine defaults, except that a server profiles its threads per step size by default
+    assert engine_config_from_args(parser.parse_args(["serve"])) == {"step_threads": "auto"}
     args = parser.parse_args([
         "serve", "--dtype", "bfloat16", "--threads", "2", "--kv-cache-bytes", "1000000", "--max-num-seqs", "4",
         "--max-num-batched-tokens", "256", "--max-model-len", "512", "--no-enable-prefix-caching",
@@ -83,7 +84,7 @@ def test_engine_flags_set_every_engine_option_with_vllm_names() -> None:
             config.max_num_batched_tokens, config.max_model_len, config.enable_prefix_caching,
             config.async_scheduling) == ("bfloat16", 2, 1_000_000, 4, 256, 512, False, False)
     on = engine_config_from_args(parser.parse_args(["serve", "--enable-prefix-caching", "--async-scheduling"]))
-    assert on == {"enable_prefix_caching": True, "async_scheduling": True}
+    assert on == {"enable_prefix_caching": True, "async_scheduling": True, "step_threads": "auto"}
     speed = engine_config_from_args(parser.parse_args(["serve", "--weight-format", "q4_1", "--attention-backend", "native",
                                                       "--norm-backend", "native", "--decode-backend", "fused",
                                                       "--linear-backend", "few-rows", "--step-threads", "auto"]))
