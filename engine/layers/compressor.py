@@ -38,10 +38,10 @@ class Compressor(nn.Module):
         """x [N, hidden] -> per-token [kv | gate] [N, record_width]."""
         return torch.cat((self.kv_proj(x), self.gate_proj(x)), dim=-1)
 
-    def pool(self, records: torch.Tensor, first_window: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def pool(self, records: torch.Tensor, first_window: int, cis: torch.Tensor) -> torch.Tensor:
         """Entries for windows first_window.. from `records` of whole windows; with overlap the records start
-        one window earlier (at window first_window - 1) unless first_window is 0. cos/sin: the RoPE of each
-        new entry's position. -> [num_windows, dim]."""
+        one window earlier (at window first_window - 1) unless first_window is 0. cis: the RoPE factors of
+        each new entry's position. -> [num_windows, dim]."""
         m, width = self.rate, self.kv_proj.out_features
         kv, gate = records.view(-1, m, 2 * width).split(width, dim=-1)
         gate = gate + as_dtype(self.position_bias, gate.dtype)
@@ -55,13 +55,14 @@ class Compressor(nn.Module):
             prev_gate[1 - has_prev :] = gate[: gate.shape[0] - 1, :, :d]
             kv, gate = torch.cat((prev_kv, cur_kv), dim=1), torch.cat((prev_gate, cur_gate), dim=1)
         pooled = (kv * as_dtype(gate.softmax(dim=1, dtype=torch.float32), kv.dtype)).sum(dim=1)
-        return rotate_tail(self.kv_norm(pooled), cos, sin)
+        return rotate_tail(self.kv_norm(pooled), cis)
 
-    def pool_windows(self, records: torch.Tensor, has_prev: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    def pool_windows(self, records: torch.Tensor, has_prev: torch.Tensor, cis: torch.Tensor
                      ) -> torch.Tensor:
         """One entry per row of independent windows, as `pool` computes it: records [P, S * rate, width] of one
         window each (S = 1), or with overlap of the previous window then the window (S = 2; the previous
-        window's records are ignored where `has_prev` [P] is False). cos/sin: each entry's RoPE -> [P, dim]."""
+        window's records are ignored where `has_prev` [P] is False). cis: each entry's RoPE factors
+        -> [P, dim]."""
         m, width = self.rate, self.kv_proj.out_features
         kv, gate = records.view(records.shape[0], -1, m, 2 * width).split(width, dim=-1)
         gate = gate + as_dtype(self.position_bias, gate.dtype)
@@ -75,7 +76,7 @@ class Compressor(nn.Module):
         else:
             kv, gate = kv[:, 0], gate[:, 0]
         pooled = (kv * as_dtype(gate.softmax(dim=1, dtype=torch.float32), kv.dtype)).sum(dim=1)
-        return rotate_tail(self.kv_norm(pooled), cos, sin)
+        return rotate_tail(self.kv_norm(pooled), cis)
 
 
 class Indexer(nn.Module):
@@ -89,11 +90,10 @@ class Indexer(nn.Module):
         self.q_b_proj = nn.Linear(q_lora_rank, num_heads * head_dim, bias=False)
         self.weights_proj = nn.Linear(hidden_size, num_heads, bias=False)
 
-    def queries(self, q_residual: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def queries(self, q_residual: torch.Tensor, x: torch.Tensor, cis: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(rotated indexer queries [N, heads, head_dim], head weights [N, heads]), fp32."""
         q = self.q_b_proj(q_residual).view(x.shape[0], self.num_heads, self.head_dim)
-        q = rotate_tail(q, cos, sin).float()
+        q = rotate_tail(q, cis).float()
         w = self.weights_proj(x).float() * self.num_heads**-0.5
         return q, w
 

@@ -89,16 +89,18 @@ class V4Attention(nn.Module):
         return back
 
     # ----- forward --------------------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 plan: V4Plan, window_kind: str, compressed_kind: str | None, compress_rope: V4Rotary
                 ) -> torch.Tensor:
-        """x [N, hidden] (normalised) -> [N, hidden]; cos/sin: this layer's RoPE at `positions`;
+        """x [N, hidden] (normalised) -> [N, hidden]; rope: this layer's RoPE factors at `positions`
+        (`V4Rotary.factors`: forward, back);
         `compress_rope` places the compressed entries."""
         n = x.shape[0]
         q_residual = self.q_a_norm(self.q_a_proj(x))
         q = unweighted_rms_norm(self.q_b_proj(q_residual).view(n, self.num_heads, self.head_dim), self.eps)
-        q = rotate_tail(q, cos, sin)
-        kv = rotate_tail(self.kv_norm(self.kv_proj(x)), cos, sin)
+        cis, back = rope
+        q = rotate_tail(q, cis)
+        kv = rotate_tail(self.kv_norm(self.kv_proj(x)), cis)
         rows = [kv]
         iq: torch.Tensor | None = None
         iw: torch.Tensor | None = None
@@ -106,14 +108,14 @@ class V4Attention(nn.Module):
             rows.append(self.compressor.records(x))
         if self.indexer is not None:
             rows.append(self.indexer.compressor.records(x))
-            iq, iw = self.indexer.queries(q_residual, x, cos, sin)
+            iq, iw = self.indexer.queries(q_residual, x, cis)
         new_rows = torch.cat(rows, dim=-1)
         out = torch.empty_like(q)
         assert self.window_rows is not None, "the KV cache was not allocated"
         decode = decode_rows(plan, window_kind, self.window_rows.block_size, self.window)
         for span in plan.spans if decode is None else decode.others:
             s, e = span.start, span.end
-            out[s:e] = self._attend_span(span, q[s:e], new_rows[s:e], positions[s:e], cos[s:e], sin[s:e],
+            out[s:e] = self._attend_span(span, q[s:e], new_rows[s:e], positions[s:e],
                                          None if iq is None else iq[s:e], None if iw is None else iw[s:e],
                                          window_kind, compressed_kind, compress_rope)
         if decode is not None:
@@ -122,14 +124,14 @@ class V4Attention(nn.Module):
                 out = got
             else:
                 out.index_copy_(0, decode.rows, got)
-        out = rotate_tail(out, cos, -sin)
+        out = rotate_tail(out, back)
         grouped = out.reshape(n, self.o_groups, -1)
         weight = self.o_a_proj.weight.view(self.o_groups, -1, grouped.shape[-1])
         grouped = torch.bmm(grouped.transpose(0, 1), weight.transpose(1, 2)).transpose(0, 1)
         return self.o_b_proj(grouped.reshape(n, -1))
 
     def _attend_span(self, span: V4Span, q: torch.Tensor, new_rows: torch.Tensor, qpos: torch.Tensor,
-                     qcos: torch.Tensor, qsin: torch.Tensor, iq: torch.Tensor | None, iw: torch.Tensor | None,
+                     iq: torch.Tensor | None, iw: torch.Tensor | None,
                      window_kind: str, compressed_kind: str | None, compress_rope: V4Rotary) -> torch.Tensor:
         """The reference: one sequence's tokens (its rows of q, new_rows, positions, RoPE and indexer queries)
         write their rows and attend -> [n, H, D]."""
@@ -149,7 +151,7 @@ class V4Attention(nn.Module):
         if self.compressor is not None:
             assert compressed_kind is not None and self.compressed_rows is not None
             entries, entry_visible = self._compressed(
-                seq_rows, lo, p0, p1, span.tables[compressed_kind], qpos, qcos, qsin, iq, iw, compress_rope,
+                seq_rows, lo, p0, p1, span.tables[compressed_kind], qpos, q.dtype, iq, iw, compress_rope,
                 span.compressed_until,
             )
             keys = torch.cat((keys, entries), dim=0)
@@ -178,11 +180,11 @@ class V4Attention(nn.Module):
             num_pooled = c.pool_rows.shape[0]
             if num_pooled:
                 records = flat.index_select(0, c.record_slots.view(-1)).view(num_pooled, -1, flat.shape[1])
-                ccos, csin = compress_rope.cos_sin(c.window_pos, q.dtype)
+                ccis = compress_rope.cis(c.window_pos, q.dtype)
                 main_w = self.compressor.record_width
-                new = [self.compressor.pool_windows(records[..., d : d + main_w], c.has_prev, ccos, csin)]
+                new = [self.compressor.pool_windows(records[..., d : d + main_w], c.has_prev, ccis)]
                 if self.indexer is not None:
-                    new.append(self.indexer.compressor.pool_windows(records[..., d + main_w :], c.has_prev, ccos, csin))
+                    new.append(self.indexer.compressor.pool_windows(records[..., d + main_w :], c.has_prev, ccis))
                 cflat.index_copy_(0, c.write_slots, as_dtype(torch.cat(new, dim=-1), cflat.dtype))
             e = c.entry_slots.shape[1]
             if e:
@@ -197,7 +199,7 @@ class V4Attention(nn.Module):
         return attend_with_sinks(q, keys, visible, self.sinks, self.head_dim**-0.5)
 
     def _compressed(self, seq_rows: torch.Tensor, lo: int, p0: int, p1: int, table: torch.Tensor,
-                    qpos: torch.Tensor, qcos: torch.Tensor, qsin: torch.Tensor, iq: torch.Tensor | None,
+                    qpos: torch.Tensor, dtype: torch.dtype, iq: torch.Tensor | None,
                     iw: torch.Tensor | None, rope: V4Rotary, restored_until: int = 0
                     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Pool the windows completed in this step (but not those ending at or before `restored_until`, whose
@@ -211,11 +213,11 @@ class V4Attention(nn.Module):
             a, b = (first - back) * m - lo, last * m - lo
             assert a >= 0, "a replay shorter than the compressor's lookback"
             wpos = torch.arange(first, last, device=seq_rows.device) * m
-            ccos, csin = rope.cos_sin(wpos, qcos.dtype)
+            ccis = rope.cis(wpos, dtype)
             main_w = self.compressor.record_width
-            new = [self.compressor.pool(seq_rows[a:b, d : d + main_w], first, ccos, csin)]
+            new = [self.compressor.pool(seq_rows[a:b, d : d + main_w], first, ccis)]
             if self.indexer is not None:
-                new.append(self.indexer.compressor.pool(seq_rows[a:b, d + main_w :], first, ccos, csin))
+                new.append(self.indexer.compressor.pool(seq_rows[a:b, d + main_w :], first, ccis))
             self.compressed_rows.write(table, first, torch.cat(new, dim=-1))
         stored = self.compressed_rows.read(table, 0, last)
         entries = stored[:, :d]

@@ -167,7 +167,7 @@ class DeepseekV4ForCausalLM(nn.Module):
         ropes = {}
         for name, rope in self.rotary.items():
             assert isinstance(rope, V4Rotary)
-            ropes[name] = rope.cos_sin(positions, dtype)
+            ropes[name] = rope.factors(positions, dtype)
         return ropes
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

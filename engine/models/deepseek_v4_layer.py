@@ -47,9 +47,9 @@ class DeepseekV4DecoderLayer(nn.Module):
     def forward(self, streams: torch.Tensor, token_ids: torch.Tensor, positions: torch.Tensor,
                 ropes: dict[str, tuple[torch.Tensor, torch.Tensor]], compress_rope: V4Rotary,
                 plan: V4Plan) -> torch.Tensor:
-        cos, sin = ropes["main" if self.layer_type == SLIDING else "compress"]
         post, comb, collapsed = self.attn_hc(streams)
-        out = self.self_attn(self.input_layernorm(collapsed), positions, cos, sin, plan, WINDOW,
+        out = self.self_attn(self.input_layernorm(collapsed), positions,
+                             ropes["main" if self.layer_type == SLIDING else "compress"], plan, WINDOW,
                              self.compressed_kind, compress_rope)
         streams = expand(streams, out, post, comb)
         post, comb, collapsed = self.ffn_hc(streams)
