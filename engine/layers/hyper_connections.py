@@ -22,6 +22,25 @@ def unweighted_rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     return x * as_dtype(torch.rsqrt(x.float().square().mean(-1, keepdim=True) + eps), x.dtype)
 
 
+def sinkhorn(probs: torch.Tensor, iters: int, eps: float) -> torch.Tensor:
+    """Row-softmaxed `probs` [N, hc, hc] + eps towards doubly stochastic: a column normalisation, then `iters - 1`
+    (row, column) rounds, each `x / (sum + eps)`. In place on `probs` outside autograd (the same fp32 operations
+    without a new tensor per op)."""
+    if probs.requires_grad:
+        comb = probs + eps
+        comb = comb / (comb.sum(dim=-2, keepdim=True) + eps)
+        for _ in range(iters - 1):
+            comb = comb / (comb.sum(dim=-1, keepdim=True) + eps)
+            comb = comb / (comb.sum(dim=-2, keepdim=True) + eps)
+        return comb
+    comb = probs.add_(eps)
+    comb.div_(comb.sum(dim=-2, keepdim=True).add_(eps))
+    for _ in range(iters - 1):
+        comb.div_(comb.sum(dim=-1, keepdim=True).add_(eps))
+        comb.div_(comb.sum(dim=-2, keepdim=True).add_(eps))
+    return comb
+
+
 class HyperConnection(nn.Module):
     """Streams [N, hc, D] -> (post [N, hc], comb [N, hc, hc], collapsed [N, D])."""
 
@@ -32,32 +51,36 @@ class HyperConnection(nn.Module):
         self.fn = nn.Parameter(torch.empty(width, hc_mult * hidden_size, dtype=torch.float32))
         self.base = nn.Parameter(torch.empty(width, dtype=torch.float32))
         self.scale = nn.Parameter(torch.empty(3, dtype=torch.float32))
-        self._scale_index: torch.Tensor | None = None  # see `scale_index`
+        self._columns: tuple[tuple[int, int, torch.device], torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
-    def scale_index(self, device: torch.device) -> torch.Tensor:
-        """The scale of each column of the mix: `scale[0]` for pre's, `scale[1]` for post's, `scale[2]` for
-        comb's (made on first use: the model may be built on the meta device and materialised later)."""
-        index = self._scale_index
-        if index is None or index.device != device:
+    def columns(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(scale of each column of the mix: `scale[0]` for pre's, `scale[1]` for post's, `scale[2]` for comb's;
+        the gates' factor and offset: pre = sigmoid + hc_eps, post = 2 sigmoid), fp32. Made on first use (the
+        model may be built on the meta device and materialised later) and again whenever `scale` changes; as
+        normal tensors even under inference mode, so that a later autograd call may use them."""
+        key = (self.scale.data_ptr(), self.scale._version, device)
+        cached = self._columns
+        if cached is None or cached[0] != key:
             hc = self.hc
-            index = self._scale_index = torch.tensor([0] * hc + [1] * hc + [2] * hc * hc, device=device)
-        return index
+            with torch.inference_mode(False):
+                index = torch.tensor([0] * hc + [1] * hc + [2] * hc * hc, device=device)
+                scale = as_dtype(self.scale.detach(), torch.float32).to(device)[index]
+                factor = torch.tensor([1.0] * hc + [2.0] * hc, device=device)
+                offset = torch.tensor([self.hc_eps] * hc + [0.0] * hc, dtype=torch.float32, device=device)
+            cached = self._columns = (key, scale, factor, offset)
+        return cached[1], cached[2], cached[3]
 
     def forward(self, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n, hc = streams.shape[0], self.hc
         flat = unweighted_rms_norm(as_dtype(streams.reshape(n, -1), torch.float32), self.norm_eps)
         mix = F.linear(flat, as_dtype(self.fn, torch.float32))
-        # mix * scale + base for the three parts at once, then pre and post through one sigmoid
-        z = torch.addcmul(as_dtype(self.base, torch.float32), mix,
-                          as_dtype(self.scale, torch.float32)[self.scale_index(streams.device)])
-        gates = torch.sigmoid(z[:, : 2 * hc])
-        pre = gates[:, :hc] + self.hc_eps
-        post = gates[:, hc:] * 2
-        comb = torch.softmax(z[:, 2 * hc :].view(n, hc, hc), dim=-1) + self.hc_eps
-        comb = comb / (comb.sum(dim=-2, keepdim=True) + self.hc_eps)
-        for _ in range(self.iters - 1):
-            comb = comb / (comb.sum(dim=-1, keepdim=True) + self.hc_eps)
-            comb = comb / (comb.sum(dim=-2, keepdim=True) + self.hc_eps)
+        scale, factor, offset = self.columns(streams.device)
+        # mix * scale + base for the three parts at once, then pre and post through one sigmoid and one addcmul
+        # (x * 1 + eps and 0 + x * 2: the same bits as x + eps and x * 2)
+        z = torch.addcmul(as_dtype(self.base, torch.float32), mix, scale)
+        gates = torch.addcmul(offset, torch.sigmoid(z[:, : 2 * hc]), factor)
+        pre, post = gates[:, :hc], gates[:, hc:]
+        comb = sinkhorn(torch.softmax(z[:, 2 * hc :].view(n, hc, hc), dim=-1), self.iters, self.hc_eps)
         collapsed = as_dtype((pre.unsqueeze(-1) * streams).sum(dim=1), streams.dtype)
         return post, comb, collapsed
 
