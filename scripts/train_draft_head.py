@@ -37,20 +37,27 @@ SUBJECTS = ["tides", "origami", "bread baking", "the Silk Road", "magnets", "din
             "satellites", "coral reefs", "the metric system", "bicycles", "lightning", "penguins", "windmills",
             "the alphabet", "earthquakes", "mushrooms", "pianos", "deserts", "submarines", "honey", "comets",
             "libraries", "rainforests", "maps", "clocks", "bridges", "whales", "paper", "glass"]
+# chat questions asked several ways (the engine's chat traffic, the benchmark's included, is short explanations;
+# with one phrasing chat was 30 of 90 sequences and the head accepted 0.09 on the benchmark's chat prompts while
+# the pooled held-out figure, mostly JSON and code, said 0.37); the benchmark's topics are not among SUBJECTS
+CHAT_FORMS = ["Tell me about {}.", "Explain {} in a few sentences.", "What should a beginner know about {}?",
+              "Describe how {} work or worked, briefly.", "Give me three interesting facts about {}."]
 
 
 def chat(text: str) -> str:
     return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
 
 
-def corpus(limit_code: int) -> list[str]:
-    prompts = [chat(f"Tell me about {s}.") for s in SUBJECTS]
-    prompts += [chat(f"Write a JSON object describing {s} with fields name, summary and facts.") for s in SUBJECTS]
+def corpus(limit_code: int) -> list[tuple[str, str]]:
+    """(kind, prompt) pairs; kinds: chat, json, code."""
+    prompts = [("chat", chat(form.format(s))) for form in CHAT_FORMS for s in SUBJECTS]
+    prompts += [("json", chat(f"Write a JSON object describing {s} with fields name, summary and facts."))
+                for s in SUBJECTS]
     files = sorted((ROOT / "tests").rglob("*.py"))[:limit_code]
     for path in files:
         text = "\n".join(path.read_text().splitlines()[:30])
-        prompts.append(chat(f"Rewrite this Python file, adding a docstring to every function. Output the whole "
-                            f"file.\n\n{text}"))
+        prompts.append(("code", chat(f"Rewrite this Python file, adding a docstring to every function. Output the "
+                                     f"whole file.\n\n{text}")))
     return prompts
 
 
@@ -71,7 +78,8 @@ def main() -> None:
               max_num_batched_tokens=4096)
     model = llm.engine.runner.model
     t0 = time.perf_counter()
-    prompts = [llm.encode(p) for p in corpus(args.code_files)]
+    kinds, texts = zip(*corpus(args.code_files), strict=True)
+    prompts = [llm.encode(p) for p in texts]
     outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=args.tokens))
     seqs = [p + list(o.new_token_ids) for p, o in zip(prompts, outs, strict=True)]
     print(f"corpus: {len(seqs)} sequences, {sum(map(len, seqs))} tokens, greedy answers in {time.perf_counter() - t0:.0f} s")
@@ -81,7 +89,7 @@ def main() -> None:
             h = hidden_states(llm.engine.runner, ids)
             greedy = model.compute_logits(h).argmax(-1)  # the model's own next token at every position
             if i % 10 == 0:
-                held.append((h, ids, greedy, len(prompt)))
+                held.append((h, ids, greedy, len(prompt), kinds[i]))
                 continue
             h_in.append(h[:-2])
             e_in.append(model.embed_tokens(torch.tensor(ids[1:-1])).float())
@@ -123,19 +131,27 @@ def main() -> None:
     head = DraftHead.load(path)  # calibrated as shipped (fp16 weights)
     calibration = BinCalibration(16)
     accepted_by_pos = [[0, 0] for _ in range(8)]
-    for h, ids, greedy, prompt_len in held:
+    first_by_kind: dict[str, list[int]] = {}  # kind -> [tried, accepted] at the first draft position
+    for h, ids, greedy, prompt_len, kind in held:
         counts = chained_acceptance(head, model, h, ids, greedy, drafted_positions(prompt_len, len(ids), 8), 8,
                                     calibration.record)
         for j, (t, a) in enumerate(counts):
             accepted_by_pos[j][0] += t
             accepted_by_pos[j][1] += a
+        first = first_by_kind.setdefault(kind, [0, 0])
+        first[0] += counts[0][0]
+        first[1] += counts[0][1]
     rates = [round(a / t, 3) if t else None for t, a in accepted_by_pos]
+    by_kind = {k: round(a / t, 3) for k, (t, a) in first_by_kind.items() if t}
     print("held-out conditional acceptance per position (drafted positions):", rates)
+    print("held-out first-draft acceptance per kind (the pooled figure mixes them):",
+          {k: f"{v} ({first_by_kind[k][0]} drafts)" for k, v in by_kind.items()})
     from safetensors.torch import load_file, save_file
 
     meta = {"hidden_size": str(h_in_t.shape[1]), "inner_size": str(args.inner), "seed": "0",
             "draft_vocab": str(args.draft_vocab),
-            "calibration": json.dumps(calibration.counts()), "held_out_acceptance": json.dumps(rates)}
+            "calibration": json.dumps(calibration.counts()), "held_out_acceptance": json.dumps(rates),
+            "held_out_first_by_kind": json.dumps(by_kind)}
     save_file(load_file(str(path)), str(path), metadata=meta)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
     llm.shutdown()
