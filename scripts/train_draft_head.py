@@ -3,17 +3,19 @@
     python scripts/train_draft_head.py                 # writes engine/speculative/weights/smollm2_draft_head.safetensors
     python scripts/train_draft_head.py --minutes 2     # a shorter training budget
 
-1. Corpus, built here: chat questions, code-rewrite requests over this repository's tests/ files (the benchmark
-   uses the other folders), and JSON requests; SmolLM2 answers each greedily (the engine, no speculation).
+1. Corpus, built here: chat questions (60 subjects, each asked five ways: most of the corpus, as chat is most of
+   the traffic), code-rewrite requests over this repository's tests/ files (the benchmark uses the other folders),
+   and JSON requests; SmolLM2 answers each greedily (the engine, no speculation).
 2. Teacher forcing: one forward over each prompt + answer gives the final hidden state h_t of every position;
    the head learns (h_t, embedding of x_{t+1}) -> h_{t+1} (smooth L1) and, through the frozen LM head, the
    model's greedy token at t+2 (cross-entropy on a sample of each batch, the LM head being the costly part).
 3. Draft vocabulary (`--draft-vocab N`, FR-Spec style): the N tokens most frequent in the training sequences'
    greedy answers, then the lowest ids; the head drafts from those alone (0: the whole vocabulary).
-4. Held-out sequences (every 10th) calibrate the confidences: chained drafts of 8 tokens from each position
-   the engine drafts at (the answer's: from the last prompt position on; prompt positions are never drafted
-   at and far easier: counting them gave 0.52 for a head that accepts 0.1-0.3), acceptance counted per
-   (position, probability bin), stored in the weights' metadata.
+4. Held-out sequences (every 10th) calibrate the confidences and give the acceptance printed per kind (chat,
+   json, code; pooled, the easier JSON and code once hid a chat acceptance of 0.09): chained drafts of 8 tokens
+   from each position the engine drafts at (the answer's: from the last prompt position on; prompt positions
+   are never drafted at and far easier: counting them gave 0.52 for a head that accepts 0.1-0.3), acceptance
+   counted per (position, probability bin), stored in the weights' metadata.
 Seed 0; fp16 weights (about 4 MB).
 """
 
@@ -37,9 +39,14 @@ SUBJECTS = ["tides", "origami", "bread baking", "the Silk Road", "magnets", "din
             "satellites", "coral reefs", "the metric system", "bicycles", "lightning", "penguins", "windmills",
             "the alphabet", "earthquakes", "mushrooms", "pianos", "deserts", "submarines", "honey", "comets",
             "libraries", "rainforests", "maps", "clocks", "bridges", "whales", "paper", "glass"]
-# chat questions asked several ways (the engine's chat traffic, the benchmark's included, is short explanations;
-# with one phrasing chat was 30 of 90 sequences and the head accepted 0.09 on the benchmark's chat prompts while
-# the pooled held-out figure, mostly JSON and code, said 0.37); the benchmark's topics are not among SUBJECTS
+MORE_SUBJECTS = ["telescopes", "steam engines", "octopuses", "the Olympic Games", "photography", "hurricanes",
+                 "the periodic table", "linked lists", "inflation", "antibiotics", "the Renaissance", "rockets",
+                 "tornadoes", "wolves", "cheese making", "the pyramids of Giza", "quantum computers", "batteries",
+                 "rivers", "violins", "compilers", "kites", "ants", "the phases of the moon", "typewriters",
+                 "salt", "lighthouses", "trains", "seeds", "the Arctic"]
+# chat questions asked several ways: with one phrasing and 30 subjects chat was 30 of 90 sequences, and the head
+# accepted 0.09 on the benchmark's chat prompts while the pooled held-out figure, mostly JSON and code, said 0.37;
+# the benchmark's topics are not among the subjects
 CHAT_FORMS = ["Tell me about {}.", "Explain {} in a few sentences.", "What should a beginner know about {}?",
               "Describe how {} work or worked, briefly.", "Give me three interesting facts about {}."]
 
@@ -50,7 +57,7 @@ def chat(text: str) -> str:
 
 def corpus(limit_code: int) -> list[tuple[str, str]]:
     """(kind, prompt) pairs; kinds: chat, json, code."""
-    prompts = [("chat", chat(form.format(s))) for form in CHAT_FORMS for s in SUBJECTS]
+    prompts = [("chat", chat(form.format(s))) for form in CHAT_FORMS for s in SUBJECTS + MORE_SUBJECTS]
     prompts += [("json", chat(f"Write a JSON object describing {s} with fields name, summary and facts."))
                 for s in SUBJECTS]
     files = sorted((ROOT / "tests").rglob("*.py"))[:limit_code]
