@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,30 @@ def greedy(llm: LLM, ps: list[list[int]], n: int = 1, **params: Any) -> list[lis
     return [list(o.new_token_ids) for o in out]
 
 
+def greedy_without_speculation(path: Path, ps: list[list[int]]) -> list[list[int]]:
+    off = v4_llm(path, num_kv_blocks=10)
+    try:
+        return greedy(off, ps, n=N)
+    finally:
+        off.shutdown()
+
+
+def run_twice(llm: LLM, ps: list[list[int]], prepare: Callable[[LLM], None] | None = None
+              ) -> tuple[list[list[int]], list[list[int]], Any, int]:
+    """Greedy outputs of `llm` (after `prepare`) twice, the second time every prompt a prefix hit; then its
+    speculative metrics and prefix hits, the block manager's invariants checked; `llm` is shut down."""
+    try:
+        if prepare is not None:
+            prepare(llm)
+        first = greedy(llm, ps, n=N)
+        again = greedy(llm, ps, n=N)
+        bm = llm.engine.block_manager
+        bm.check_invariants()
+        return first, again, llm.engine.stats().speculative, bm.prefix_hits
+    finally:
+        llm.shutdown()
+
+
 @pytest.mark.parametrize(("oracle", "backend"), [(False, "batched"), (True, "batched"), (True, "reference")])
 def test_every_proposal_equals_the_mtp_formula_computed_directly(mtp_dir: Path, oracle: bool, backend: str,
                                                                  seen: list[Sequence]) -> None:
@@ -129,25 +154,20 @@ def test_every_proposal_equals_the_mtp_formula_computed_directly(mtp_dir: Path, 
     drafts verified are mostly right, so the catch-up runs over accepted positions of every length. Both
     attention backends (the batched decode rows, and the per-sequence reference) for catch-up and chain."""
     ps = prompts()
-    off = v4_llm(mtp_dir, num_kv_blocks=10)
-    expected = greedy(off, ps, n=N)
-    off.shutdown()
+    expected = greedy_without_speculation(mtp_dir, ps)
     seen.clear()
-    llm = v4_llm(mtp_dir, num_kv_blocks=10, speculative="mtp", num_speculative_tokens=3, attention_backend=backend)
-    try:
+    recorders: list[Recorder] = []
+
+    def record(llm: LLM) -> None:
         assert llm.engine.runner.attention_backend == backend
-        rec = Recorder(llm.engine.speculator.drafter,
-                       {tuple(p): e for p, e in zip(ps, expected[::2], strict=True)} if oracle else None)
-        llm.engine.speculator.drafter = rec
-        first = greedy(llm, ps, n=N)
-        again = greedy(llm, ps, n=N)
-        m = llm.engine.stats().speculative
-        bm = llm.engine.block_manager
-        bm.check_invariants()
-        hits = bm.prefix_hits
-        preempted = sum(s.num_preemptions for s in seen)
-    finally:
-        llm.shutdown()
+        recorders.append(Recorder(llm.engine.speculator.drafter,
+                                  {tuple(p): e for p, e in zip(ps, expected[::2], strict=True)} if oracle else None))
+        llm.engine.speculator.drafter = recorders[0]
+
+    first, again, m, hits = run_twice(v4_llm(mtp_dir, num_kv_blocks=10, speculative="mtp", num_speculative_tokens=3,
+                                             attention_backend=backend), ps, record)
+    rec = recorders[0]
+    preempted = sum(s.num_preemptions for s in seen)
     assert first == expected and again == expected
     assert hits > 0 and preempted > 0
     assert len(rec.seen) > 30
@@ -199,20 +219,9 @@ def test_greedy_output_is_identical_with_mtp_speculation_on_and_off(mtp_dir: Pat
     """The MTP layer's own drafts (random weights: mostly rejected) under batching, chunked prefill, n = 2,
     preemption and prefix hits (the prompts twice); "auto" profiles the V4 step cost at start-up."""
     ps = prompts()
-    off = v4_llm(mtp_dir, num_kv_blocks=10)
-    expected = greedy(off, ps, n=N)
-    off.shutdown()
+    expected = greedy_without_speculation(mtp_dir, ps)
     seen.clear()
-    llm = v4_llm(mtp_dir, num_kv_blocks=10, speculative="mtp", num_speculative_tokens=k)
-    try:
-        first = greedy(llm, ps, n=N)
-        again = greedy(llm, ps, n=N)
-        m = llm.engine.stats().speculative
-        bm = llm.engine.block_manager
-        bm.check_invariants()
-        hits = bm.prefix_hits
-    finally:
-        llm.shutdown()
+    first, again, m, hits = run_twice(v4_llm(mtp_dir, num_kv_blocks=10, speculative="mtp", num_speculative_tokens=k), ps)
     assert first == expected and again == expected
     assert hits > 0 and sum(s.num_preemptions for s in seen) > 0
     if k == "auto":  # random MTP weights: drafts rarely pay for their verification; "auto" chose per step
