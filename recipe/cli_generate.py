@@ -36,6 +36,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (default: float32)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, npu ... (default: cpu)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    p.add_argument("--step-threads", default="auto", choices=("auto", "off"),
+                   help="intra-op threads per step: auto (default; a start-up profile of about a second, small "
+                        "steps may run on fewer threads than --threads) or off (EngineConfig.step_threads)")
     p.add_argument("--max-num-seqs", type=int, default=64, help="sequences per step (default: 64)")
     p.add_argument("--max-num-batched-tokens", type=int, default=1024, help="tokens per step (default: 1024)")
     p.add_argument("--kv-cache-gib", type=float, default=None, help="KV cache size in GiB (default: from free memory)")
@@ -112,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     config: dict[str, Any] = {
         "dtype": args.dtype, "device": args.device, "num_threads": args.threads, "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens, "enable_prefix_caching": not args.no_prefix_caching,
-        "async_scheduling": not args.sync,
+        "async_scheduling": not args.sync, "step_threads": args.step_threads,
     }
     if args.kv_cache_gib is not None:
         config["kv_cache_bytes"] = int(args.kv_cache_gib * (1 << 30))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -32,6 +33,31 @@ def test_generate_writes_one_line_per_choice_equal_to_llm_generate(llama_checkpo
     assert [r["finish_reason"] for r in records] == [o.finish_reason for o in expected]
     assert all(len(r["logprobs"]) == len(r["output_ids"]) for r in records[1:])
     assert records[0]["prompt_tokens"] == 5 and records[0]["ttft_s"] > 0
+
+
+@pytest.mark.parametrize("flag", [[], ["--step-threads", "off"]])
+def test_step_threads_default_to_the_profile_and_leave_greedy_tokens_unchanged(
+        llama_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str]) -> None:
+    import recipe.engine
+
+    built: list[LLM] = []
+
+    def llm(*args: Any, **kwargs: Any) -> LLM:
+        built.append(LLM(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(recipe.engine, "LLM", llm)
+    batch = tmp_path / "in.jsonl"
+    batch.write_bytes(orjson.dumps({"prompt_ids": [5, 6, 7, 8, 9], "max_tokens": 8, "temperature": 0}) + b"\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["generate", str(batch), "-o", str(out), "--model", str(llama_checkpoint), "--threads", "2",
+                 "--no-progress", *flag]) == 0
+    assert built[0].engine.config.step_threads == ("off" if flag else "auto")
+    assert (built[0].engine.runner.step_threads is None) == bool(flag)  # the profile ran only with auto
+    plain = LLM(str(llama_checkpoint), num_threads=2)
+    expected = plain.generate([[5, 6, 7, 8, 9]], SamplingParams(temperature=0.0, max_tokens=8))
+    plain.shutdown()
+    assert orjson.loads(out.read_bytes())["output_ids"] == list(expected[0].new_token_ids)
 
 
 @pytest.mark.parametrize(("line", "message"), [
