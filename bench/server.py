@@ -249,6 +249,8 @@ def main() -> int:
     ap.add_argument("--echo", action="store_true", help="also measure the echo backend's server CPU per token")
     ap.add_argument("--vs-llama-cpp", action="store_true",
                     help="also run llama.cpp's single stream on the same GGUF each round (phase C)")
+    ap.add_argument("--step-threads", default="auto", choices=("auto", "off"),
+                    help="the engine's --step-threads, on both sides (default: auto, recipe serve's default)")
     for flag in ("weight-format", "attention-backend", "decode-backend", "norm-backend"):
         ap.add_argument(f"--{flag}", default=None, help=f"the engine's --{flag} (default: the engine's default)")
     args = ap.parse_args()
@@ -260,6 +262,9 @@ def main() -> int:
 
     config: dict[str, int | str] = {"kv_cache_bytes": args.kv_cache_bytes, "max_num_seqs": max(64, args.concurrency)}
     flags = ["--kv-cache-bytes", str(args.kv_cache_bytes), "--max-num-seqs", str(config["max_num_seqs"])]
+    # the server and the engine alone run the same engine configuration (recipe serve profiles threads by default)
+    config["step_threads"] = args.step_threads
+    flags += ["--step-threads", args.step_threads]
     if args.threads:
         config["num_threads"] = args.threads
         flags += ["--threads", str(args.threads)]
