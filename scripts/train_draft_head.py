@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 from recipe.engine import LLM, SamplingParams
+from recipe.engine.speculative.calibration import BinCalibration
 from recipe.engine.speculative.draft_head import DraftHead, frequency_vocab, weights_path
-from recipe.engine.speculative.head_drafter import BinCalibration
 from recipe.engine.speculative.head_evaluation import chained_acceptance, drafted_positions, hidden_states
 from torch.nn import functional as F
 

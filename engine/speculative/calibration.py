@@ -2,12 +2,16 @@
 
 A confidence for position j of a bucket is P(accept j | accepted 1..j-1), estimated as
 (accepted + prior * a) / (tried + prior) over the proposals verified so far: every figure used for a new
-draft comes from drafts already verified (held out from the one being scored).
+draft comes from drafts already verified (held out from the one being scored). `AcceptanceTable` buckets by
+a drafter's own key (the n-gram's matched length); `BinCalibration` by the drafter's probability of its token
+(the learned head, the MTP layer), starting from counts measured offline where there are any.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+
+from recipe.engine.speculative.drafter import Draft
 
 
 class AcceptanceTable:
@@ -30,3 +34,50 @@ class AcceptanceTable:
             tried[j] += 1
             if j < num_accepted:
                 acc[j] += 1
+
+
+BINS = 10
+
+
+class BinCalibration:
+    """P(accept | head probability bin, position), counted; the prior is the bin's centre, weight 2."""
+
+    def __init__(self, max_len: int, counts: dict[str, list[int]] | None = None) -> None:
+        self.max_len = max_len
+        self.tried = [[0] * BINS for _ in range(max_len)]
+        self.accepted = [[0] * BINS for _ in range(max_len)]
+        for key, (t, a) in (counts or {}).items():
+            j, b = (int(x) for x in key.split(","))
+            if j < max_len:
+                self.tried[j][b], self.accepted[j][b] = t, a
+
+    @staticmethod
+    def bin_of(p: float) -> int:
+        return min(int(p * BINS), BINS - 1)
+
+    def confidence(self, j: int, p: float) -> float:
+        j, b = min(j, self.max_len - 1), self.bin_of(p)
+        return (self.accepted[j][b] + 2 * (b + 0.5) / BINS) / (self.tried[j][b] + 2)
+
+    def record(self, j: int, p: float, accepted: bool) -> None:
+        j, b = min(j, self.max_len - 1), self.bin_of(p)
+        self.tried[j][b] += 1
+        self.accepted[j][b] += int(accepted)
+
+    def survive(self, survival: list[float], j: int, probs: list[float]) -> list[float]:
+        """Each row's survival after its position-`j` draft of probability `probs[row]`."""
+        return [s * self.confidence(j, p) for s, p in zip(survival, probs, strict=True)]
+
+    def draft(self, ids: list[int], raw: list[float]) -> Draft:
+        """A proposal of `ids` whose own probabilities are `raw`, with their calibrated confidences."""
+        return Draft(ids, [self.confidence(j, p) for j, p in enumerate(raw)], raw=raw)
+
+    def observe(self, draft: Draft, num_accepted: int) -> None:
+        """Verification's verdict on `draft`: its first `num_accepted` tokens accepted, the next one (if
+        verified) rejected."""
+        for j in range(min(len(draft.raw), num_accepted + 1)):
+            self.record(j, draft.raw[j], j < num_accepted)
+
+    def counts(self) -> dict[str, list[int]]:
+        return {f"{j},{b}": [self.tried[j][b], self.accepted[j][b]]
+                for j in range(self.max_len) for b in range(BINS) if self.tried[j][b]}

@@ -13,40 +13,9 @@ from typing import Any
 
 import torch
 from recipe.engine.sequence import Sequence
+from recipe.engine.speculative.calibration import BinCalibration
 from recipe.engine.speculative.draft_head import DraftHead, DraftProjection
 from recipe.engine.speculative.drafter import Draft
-
-BINS = 10
-
-
-class BinCalibration:
-    """P(accept | head probability bin, position), counted; the prior is the bin's centre, weight 2."""
-
-    def __init__(self, max_len: int, counts: dict[str, list[int]] | None = None) -> None:
-        self.max_len = max_len
-        self.tried = [[0] * BINS for _ in range(max_len)]
-        self.accepted = [[0] * BINS for _ in range(max_len)]
-        for key, (t, a) in (counts or {}).items():
-            j, b = (int(x) for x in key.split(","))
-            if j < max_len:
-                self.tried[j][b], self.accepted[j][b] = t, a
-
-    @staticmethod
-    def bin_of(p: float) -> int:
-        return min(int(p * BINS), BINS - 1)
-
-    def confidence(self, j: int, p: float) -> float:
-        j, b = min(j, self.max_len - 1), self.bin_of(p)
-        return (self.accepted[j][b] + 2 * (b + 0.5) / BINS) / (self.tried[j][b] + 2)
-
-    def record(self, j: int, p: float, accepted: bool) -> None:
-        j, b = min(j, self.max_len - 1), self.bin_of(p)
-        self.tried[j][b] += 1
-        self.accepted[j][b] += int(accepted)
-
-    def counts(self) -> dict[str, list[int]]:
-        return {f"{j},{b}": [self.tried[j][b], self.accepted[j][b]]
-                for j in range(self.max_len) for b in range(BINS) if self.tried[j][b]}
 
 
 def embedder(model: Any) -> Any:
@@ -87,19 +56,16 @@ class DraftHeadDrafter:
             p, x = self.project(h)
             tokens.append(x.tolist())
             probs.append(p.tolist())
-            survival = [s * self.calibration.confidence(j, q) for s, q in zip(survival, probs[-1], strict=True)]
+            survival = self.calibration.survive(survival, j, probs[-1])
             if max(survival) < self.min_survival:
                 break
         for r, i in enumerate(rows):
             n = min(max_lens[i], len(tokens))
-            ids = [tokens[j][r] for j in range(n)]
-            raw = [probs[j][r] for j in range(n)]
-            out[i] = Draft(ids, [self.calibration.confidence(j, p) for j, p in enumerate(raw)], raw=raw)
+            out[i] = self.calibration.draft([tokens[j][r] for j in range(n)], [probs[j][r] for j in range(n)])
         return out
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
-        for j in range(min(len(draft.raw), num_accepted + 1)):
-            self.calibration.record(j, draft.raw[j], j < num_accepted)
+        self.calibration.observe(draft, num_accepted)
 
 
 def load_head_drafter(model: Any, model_name: str, dtype: torch.dtype, max_len: int = 16,

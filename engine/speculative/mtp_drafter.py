@@ -35,8 +35,8 @@ from recipe.engine.layers.v4_attention import SLIDING
 from recipe.engine.layers.v4_kv import REPLAY_BOUNDS, PagedRows, V4Plan, V4Span
 from recipe.engine.models.deepseek_v4_layer import WINDOW
 from recipe.engine.sequence import Sequence
+from recipe.engine.speculative.calibration import BinCalibration
 from recipe.engine.speculative.drafter import Draft
-from recipe.engine.speculative.head_drafter import BinCalibration
 
 
 @dataclass
@@ -139,15 +139,13 @@ class MTPDrafter:
         entries = [e for _, e in picked]
         tokens = [[e.token for e in entries]]
         probs = [[e.prob for e in entries]]
-        survival = [self.calibration.confidence(0, p) for p in probs[0]]
+        survival = self.calibration.survive([1.0] * len(entries), 0, probs[0])
         longest = max(max_lens[i] for i, _ in picked)
         if longest > 1 and max(survival) >= self.min_survival:
             self._chain([seqs[i] for i, _ in picked], entries, longest, tokens, probs, survival)
         for r, (i, _) in enumerate(picked):
             n = min(max_lens[i], len(tokens))
-            raw = [probs[j][r] for j in range(n)]
-            out[i] = Draft([tokens[j][r] for j in range(n)],
-                           [self.calibration.confidence(j, p) for j, p in enumerate(raw)], raw=raw)
+            out[i] = self.calibration.draft([tokens[j][r] for j in range(n)], [probs[j][r] for j in range(n)])
         return out
 
     def _chain(self, seqs: list[Sequence], entries: list[Ready], longest: int, tokens: list[list[int]],
@@ -169,7 +167,7 @@ class MTPDrafter:
                 p, x = torch.softmax(logits, dim=-1).max(dim=-1)
                 tokens.append(x.tolist())
                 probs.append(p.tolist())
-                survival[:] = [s * self.calibration.confidence(j, q) for s, q in zip(survival, probs[-1], strict=True)]
+                survival[:] = self.calibration.survive(survival, j, probs[-1])
                 if max(survival) < self.min_survival:
                     break
         finally:
@@ -204,8 +202,7 @@ class MTPDrafter:
         return private, tables
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
-        for j in range(min(len(draft.raw), num_accepted + 1)):
-            self.calibration.record(j, draft.raw[j], j < num_accepted)
+        self.calibration.observe(draft, num_accepted)
 
 
 def load_mtp_drafter(model: Any, runner: Any) -> MTPDrafter:

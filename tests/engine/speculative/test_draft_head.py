@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 from recipe.engine import SamplingParams
+from recipe.engine.speculative.calibration import BinCalibration
 from recipe.engine.speculative.draft_head import DraftHead, weights_path
-from recipe.engine.speculative.head_drafter import BinCalibration, DraftHeadDrafter
+from recipe.engine.speculative.head_drafter import DraftHeadDrafter
 from spec_helpers import make_llm, use_drafter
 from test_greedy_equality import repetitive_prompts
 from tiny_paged_model import TinyPagedLM
