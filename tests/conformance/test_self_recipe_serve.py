@@ -7,13 +7,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
+from pathlib import Path
 
-import httpx
 import pytest
 
 from recipe.conformance import run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+from serve_process import wait_healthy
 
 KEY = "self-test-key"
 
@@ -34,17 +36,7 @@ def recipe_server() -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else "server exited"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        else:
-            raise AssertionError("recipe serve did not become healthy in 180 s")
+        wait_healthy(url, proc, timeout=180)
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -9,10 +9,13 @@ import httpx
 
 
 def wait_healthy(base: str, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
-    """Poll `base`/health until 200; AssertionError if `proc` exits or `timeout` seconds pass first."""
+    """Poll `base`/health until 200; AssertionError if `proc` exits (with its output, when piped) or `timeout`
+    seconds pass first."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        assert proc.poll() is None, "server exited"
+        if proc.poll() is not None:
+            out = proc.stdout.read() if proc.stdout is not None else b""  # piped: its output says why
+            raise AssertionError("server exited: " + out.decode(errors="replace"))
         try:
             if httpx.get(base + "/health", timeout=2).status_code == 200:
                 return
