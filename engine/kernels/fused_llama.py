@@ -1,6 +1,8 @@
 """The fused decode step of the Llama family (`EngineConfig.decode_backend = "fused"`): a decode-only step runs
 every decoder layer and the final norm in one native call (`llama_decode` in `llama_decode.c`), so Python issues a
-handful of calls per step instead of a dozen torch ops per layer.
+handful of calls per step instead of a dozen torch ops per layer. An fp32 LM head (the tied embedding table or
+`lm_head`) runs through the same kernel's product (`FusedLlamaDecoder.logits`): torch's one-row product reads
+it at a third of the memory bandwidth.
 
 It computes what the layered path computes with `attention_backend="native"` and `norm_backend="native"`, in the
 same order: the q8_0/q4_1 products, RMSNorm, RoPE, the KV write and the attention are the same kernels (or the
@@ -67,8 +69,13 @@ def _linear(module: nn.Module) -> _Linear | None:
 class FusedLlamaDecoder:
     """The native descriptors of one Llama model bound to its KV cache; call it on a decode-only step."""
 
-    def __init__(self, model: _Model, layers: Any, lib: ctypes.CDLL, hidden: int) -> None:
-        self._model, self._layers, self._lib, self.hidden = model, layers, lib, hidden
+    def __init__(self, model: _Model, layers: Any, lib: ctypes.CDLL, hidden: int, head: _Linear | None) -> None:
+        self._model, self._layers, self._lib, self.hidden, self._head = model, layers, lib, hidden, head
+
+    @property
+    def has_head(self) -> bool:
+        """Whether `logits` applies: the model's LM head is a contiguous fp32 matrix (not a quantised head)."""
+        return self._head is not None
 
     @classmethod
     def build(cls, model: Any) -> FusedLlamaDecoder | None:
@@ -98,7 +105,11 @@ class FusedLlamaDecoder:
         block_size = layers[0].self_attn.attn.k_cache.shape[1]
         desc = _Model(len(descs), c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
                       block_size, c.rms_norm_eps, c.head_dim**-0.5, array, model.norm.weight.data_ptr())
-        return cls(desc, array, lib, c.hidden_size)
+        weight = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
+        head = None
+        if model.logits_head is None and _fp32(weight):
+            head = _Linear(0, weight.shape[0], weight.shape[1], weight.data_ptr(), None, None, None)
+        return cls(desc, array, lib, c.hidden_size, head)
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         """x [B, hidden] (the step's embeddings; consumed), cos/sin [B, 1, head_dim / 2] -> final hidden [B, hidden]
@@ -114,4 +125,14 @@ class FusedLlamaDecoder:
                                         out.data_ptr())
         if status != 0:
             raise MemoryError("fused decode step: the native kernel could not allocate its scratch memory")
+        return out
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [M, hidden] fp32 -> logits [M, vocab]: the LM head's product as the fused step computes its
+        fp32 linears (each row alone, the same operations whatever M is). Only where `has_head`."""
+        assert self._head is not None
+        x = hidden.contiguous()
+        out = torch.empty(x.shape[0], self._head.n, dtype=torch.float32)
+        if self._lib.fused_linear(ctypes.byref(self._head), x.data_ptr(), x.shape[0], out.data_ptr()) != 0:
+            raise MemoryError("fused LM head: the native kernel could not allocate its scratch memory")
         return out

@@ -109,6 +109,25 @@ static void linear(const RLinear *L, const float *x, int64_t M, float *y, int8_t
     }
 }
 
+/* y = x @ W^T (+ bias) for M rows of one linear, in a parallel region of its own: the LM head of the fused
+ * step. Returns 0, or -1 when scratch memory could not be had (y is not written then). */
+int fused_linear(const RLinear *L, const float *x, int64_t M, float *y) {
+    const int64_t nb = L->k / QK + 1;
+    int8_t *xq = malloc((size_t)(M * L->k));
+    float *dx = malloc(sizeof(float) * (size_t)(M * nb));
+    int32_t *xs = malloc(sizeof(int32_t) * (size_t)(M * nb));
+    int status = 0;
+    if (!xq || !dx || !xs) status = -1;
+    else {
+#pragma omp parallel
+        linear(L, x, M, y, xq, dx, xs);
+    }
+    free(xq);
+    free(dx);
+    free(xs);
+    return status;
+}
+
 /* Half-split rotation of one head: (a, b) = (x[i], x[i + D/2]) -> (a c - b s, b c + a s). */
 static void rope_head(float *x, const float *c, const float *s, int64_t half) {
     for (int64_t i = 0; i < half; i++) {

@@ -37,8 +37,9 @@ SIGNATURES: dict[str, list[type]] = {
     "paged_decode_attention": [_PTR, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _I64, _I64, _I64, _I64, _I64, _I64,
                                _I64, _I64, _I64, _F32, _PTR],
     "llama_decode": [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR],
+    "fused_linear": [_PTR, _PTR, _I64, _PTR],
 }
-RESTYPES: dict[str, type | None] = {"llama_decode": ctypes.c_int}
+RESTYPES: dict[str, type | None] = {"llama_decode": ctypes.c_int, "fused_linear": ctypes.c_int}
 
 
 def cache_dir() -> Path:

@@ -100,8 +100,9 @@ class LlamaForCausalLM(DecoderLM):
     """forward(input_ids [N], positions [N]) -> hidden [N, H] under the runner's attention context.
 
     With `decode_backend = "fused"` (set by the model runner from `EngineConfig.decode_backend`), a decode-only
-    step runs all layers in one native call (`engine/kernels/fused_llama.py`) where that applies; every other
-    step, and every model it cannot read, takes the layered path."""
+    step runs all layers in one native call (`engine/kernels/fused_llama.py`) where that applies, and an fp32 LM
+    head runs through the same kernel's product on every step; every other step, and every model it cannot read,
+    takes the layered path and torch's head."""
 
     def __init__(self, c: LlamaConfig) -> None:
         self.config = c
@@ -110,17 +111,31 @@ class LlamaForCausalLM(DecoderLM):
         self.decode_backend = "layers"
         self._fused: FusedLlamaDecoder | bool | None = False  # False: not built yet; None: does not apply
 
+    def _fused_decoder(self) -> FusedLlamaDecoder | None:
+        """The fused step's descriptors, built on first use; None with `decode_backend="layers"` or where it does
+        not apply."""
+        if self.decode_backend != "fused":
+            return None
+        if self._fused is False:
+            self._fused = FusedLlamaDecoder.build(self)
+        return self._fused if isinstance(self._fused, FusedLlamaDecoder) else None
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        if self.decode_backend == "fused":
-            ctx = get_context()
-            if ctx.is_decode_only:
-                if self._fused is False:
-                    self._fused = FusedLlamaDecoder.build(self)
-                if isinstance(self._fused, FusedLlamaDecoder):
-                    x = self.embed_tokens(input_ids)
-                    cos, sin = self.rotary.cos_sin(positions, x.dtype)
-                    return self._fused(x, cos, sin, ctx)
+        ctx = get_context()
+        fused = self._fused_decoder() if ctx.is_decode_only else None
+        if fused is not None:
+            x = self.embed_tokens(input_ids)
+            cos, sin = self.rotary.cos_sin(positions, x.dtype)
+            return fused(x, cos, sin, ctx)
         return super().forward(input_ids, positions)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """With the fused step, an fp32 LM head runs through its native product on every step (prefill rows
+        too), so a row's logits never depend on the rest of the batch; otherwise the base class's head."""
+        fused = self._fused_decoder()
+        if fused is not None and fused.has_head and hidden.dtype == torch.float32:
+            return fused.logits(hidden)
+        return super().compute_logits(hidden)
 
     def bind_kv_cache(self, cache: KVCache) -> None:
         super().bind_kv_cache(cache)

@@ -25,6 +25,7 @@ from recipe.engine.config import EngineConfig
 from recipe.engine.kernels.fused_llama import FusedLlamaDecoder
 from recipe.engine.kernels.native import library
 from recipe.engine.layers.rmsnorm import RMSNorm
+from recipe.engine.models.base import DecoderLM
 from recipe.engine.models.registry import load_model
 
 pytestmark = pytest.mark.skipif(library() is None, reason="no C compiler: the fused step cannot be built")
@@ -146,3 +147,28 @@ def test_where_the_fused_step_does_not_apply_the_layered_path_runs(tiny_llama_di
 def test_decode_backend_is_checked() -> None:
     with pytest.raises(ValueError, match="decode_backend must be 'layers' or 'fused'"):
         EngineConfig(model="m", decode_backend="fast")
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10**6), rows=st.integers(1, 9), tied=st.booleans())
+def test_the_fused_lm_head_equals_torchs_and_ignores_the_batch(tiny_llama_dir: Path, tiny_llama_variant_dir: Path,
+                                                               seed: int, rows: int, tied: bool) -> None:
+    """An fp32 head (tied embedding table or `lm_head`) through the native product: logits within 1e-4 of torch's,
+    and each row bit-identical to the same row computed alone. A quantised head keeps its own kernel."""
+    model = _model(tiny_llama_variant_dir if tied else tiny_llama_dir, "dtype", "fused")
+    PagedDriver(model, num_seqs=1, max_len=8, attention_backend="native")  # binds the KV cache
+    assert (model.lm_head is None) == tied
+    hidden = torch.randn(rows, model.config.hidden_size, generator=torch.Generator().manual_seed(seed)) * 3
+    fused = model._fused_decoder()
+    assert fused is not None and fused.has_head
+    with torch.inference_mode():
+        got = model.compute_logits(hidden)
+        ref = DecoderLM.compute_logits(model, hidden)
+        assert not torch.equal(got, ref)  # another summation order: the native product did run
+        torch.testing.assert_close(got, ref, atol=1e-4, rtol=0)
+        for i in range(rows):
+            assert torch.equal(model.compute_logits(hidden[i : i + 1])[0], got[i])
+    quantized = _model(tiny_llama_dir, "q8_0", "fused")
+    PagedDriver(quantized, num_seqs=1, max_len=8, attention_backend="native")
+    quantized_fused = quantized._fused_decoder()
+    assert quantized_fused is not None and not quantized_fused.has_head
