@@ -83,6 +83,10 @@ class EngineConfig:
     # step, a small decode batch) weight-major, W @ x^T, which costs about one row's time where MKL's x @ W^T
     # costs 1.6-2.7x (engine/layers/few_rows_linear.py)
     linear_backend: str = "torch"
+    # CPU weights in transparent huge pages (engine/huge_pages.py): the large tensors are copied once, in layer
+    # order, into one 2 MiB-aligned mapping advised MADV_HUGEPAGE (same values; fewer page walks and prefetcher
+    # restarts when a decode step streams every weight); False keeps them where loading put them
+    huge_pages: bool = True
     # Expert parallelism (engine/expert_parallel): N rank processes, routed experts sharded, attention
     # data-parallel; 1 = off. EPLB: every `eplb_interval_steps` steps (None = off) the ranks rebalance the
     # expert placement from the loads they recorded, with `eplb_redundant_experts` extra replicas.

@@ -87,7 +87,8 @@ class LLMEngine:
                                   dtype=self.dtype, device=self.device, attention_backend=self.attention_backend,
                                   weight_format=cfg.weight_format, moe_backend=cfg.moe_backend,
                                   kinds=kinds, norm_backend=cfg.norm_backend,
-                                  decode_backend=cfg.decode_backend, linear_backend=cfg.linear_backend)
+                                  decode_backend=cfg.decode_backend, linear_backend=cfg.linear_backend,
+                                  huge_pages=cfg.huge_pages)
         self.swa_sessions: Any = None
         if cfg.swa_session_bytes is not None:
             if kinds is None:

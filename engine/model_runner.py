@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from recipe.engine import device as devices
 from recipe.engine.context import AttentionContext, reset_context, set_context
+from recipe.engine.huge_pages import move_weights_to_huge_pages
 from recipe.engine.kv_cache import KVCache
 from recipe.engine.layers.few_rows_linear import use_few_rows_linears
 from recipe.engine.layers.rmsnorm import RMSNorm
@@ -84,7 +85,7 @@ class ModelRunner:
     def __init__(self, model: Any, *, block_size: int, num_blocks: int, dtype: torch.dtype,
                  device: torch.device, attention_backend: str = "batched", weight_format: str = "dtype",
                  moe_backend: str = "grouped", kinds: Any = None, norm_backend: str = "torch",
-                 decode_backend: str = "layers", linear_backend: str = "torch") -> None:
+                 decode_backend: str = "layers", linear_backend: str = "torch", huge_pages: bool = False) -> None:
         """The speed options are `EngineConfig`'s (each with its reference path as the off switch)."""
         self.model = model
         self.attention_backend = attention_backend
@@ -94,6 +95,8 @@ class ModelRunner:
             use_few_rows_linears(model)
             if hasattr(model, "few_rows_logits"):
                 model.few_rows_logits = True
+        if huge_pages and device.type == "cpu":  # after quantising: the weights a step reads, where they stay
+            move_weights_to_huge_pages(model)
         if hasattr(model, "decode_backend"):  # models with a fused decode step (engine/kernels/fused_llama.py)
             model.decode_backend = decode_backend
         for module in model.modules():

@@ -128,6 +128,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--linear-backend", default=None, choices=("torch", "few-rows"),
                    help="fp32 linears of a few rows (speculative verify steps, small batches): F.linear, or "
                         "weight-major (EngineConfig.linear_backend)")
+    g.add_argument("--huge-pages", action=argparse.BooleanOptionalAction, default=None,
+                   help="copy the CPU weights into transparent huge pages at start-up (default on; same values; "
+                        "EngineConfig.huge_pages)")
     g.add_argument("--decode-backend", default=None, choices=("layers", "fused"),
                    help="decode-only steps of Llama models: per-layer modules, or all layers in one native call "
                         "(EngineConfig.decode_backend)")
@@ -154,7 +157,7 @@ ENGINE_OPTIONS = {
     "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",
     "speculative_cost_fit": "speculative_cost_fit", "speculative_draft_vocab": "speculative_draft_vocab",
     "weight_format": "weight_format", "attention_backend": "attention_backend", "norm_backend": "norm_backend",
-    "decode_backend": "decode_backend", "linear_backend": "linear_backend",
+    "decode_backend": "decode_backend", "linear_backend": "linear_backend", "huge_pages": "huge_pages",
     "expert_parallel_size": "expert_parallel_size",
 }
 

@@ -93,6 +93,9 @@ def test_engine_flags_set_every_engine_option_with_vllm_names() -> None:
             config.linear_backend, config.step_threads) == ("q4_1", "native", "native", "fused", "few-rows", "auto")
     off = engine_config_from_args(parser.parse_args(["serve", "--step-threads", "off"]))
     assert off == {"step_threads": "off"} and EngineConfig.from_kwargs("smollm2", **off).step_threads == "off"
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(parser.parse_args(["serve"]))).huge_pages
+    pages = engine_config_from_args(parser.parse_args(["serve", "--no-huge-pages"]))
+    assert pages["huge_pages"] is False and not EngineConfig.from_kwargs("smollm2", **pages).huge_pages
 
 
 def test_an_engine_option_out_of_range_is_a_clear_exit() -> None:
