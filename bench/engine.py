@@ -9,7 +9,7 @@ Figures (medians over --repeats runs; every timed run gets a fresh random prompt
            the decoder layers' torch modules, or `fused`, one native call per step) vs llama.cpp on the same GGUF
            (llama-cpp-python, installed by this script) and vs `transformers.generate`, all in one run; Recipe
            runs with prefix caching off, so it pays the same prefill as the others. Roofline: read bandwidth (a
-           reduction over 1 GiB) / bytes of weights read per step, and the fraction of it reached
+           reduction over 1 GiB, the better of 4 KiB and huge pages) / bytes of weights read per step, and the fraction of it reached
   overhead batch-1 decode ms per step of SmolLM2 cut to --overhead-layers layer(s): what a step costs besides
            reading the weights, with the reference paths (SDPA loop, torch RMSNorm) vs the native kernels
   scaling  aggregate decode tok/s at 1, 8, 32, 64 concurrent sequences and the ratio to batch 1, per attention
@@ -115,11 +115,13 @@ def step_bytes(model: Any) -> int:
 
 def recipe_llm(args: argparse.Namespace, weight_format: str, layers: int | None = None, **config: Any) -> LLM:
     """A fresh engine on freshly loaded weights (quantising changes the model in place), with the speed paths
-    of --attention-backend / --norm-backend unless `config` says otherwise; `layers` keeps only the first few."""
+    of --attention-backend / --norm-backend / --huge-pages (its first) unless `config` says otherwise; `layers`
+    keeps only the first few."""
     model, info = load_model("smollm2", dtype=parse_dtype(args.dtype), device="cpu")
     if layers is not None:
         del model.layers[layers:]
     config = {"num_kv_blocks": args.kv_blocks, "attention_backend": args.attention_backend,
+              "huge_pages": args.huge_pages.split(",")[0] == "on",
               "norm_backend": args.norm_backend, "step_threads": args.step_threads, **config}
     return LLM((model, info), dtype=args.dtype, num_threads=args.threads, weight_format=weight_format, **config)
 
@@ -155,12 +157,17 @@ def bench_batch1(args: argparse.Namespace, hf: Any, cpp: Any) -> None:
         contenders["llama.cpp (Q4_1 GGUF)"] = (lambda p: cpp.decode(p, args.batch1_new), None)
     if hf is not None:
         contenders[f"transformers {args.dtype}"] = (lambda p: hf_decode(hf, p, args.batch1_new), None)
+    pages = args.huge_pages.split(",")
     for fmt in args.formats.split(","):
         for backend in args.decode_backends.split(","):
-            llm = recipe_llm(args, fmt, enable_prefix_caching=False, decode_backend=backend)
-            llms.append(llm)
-            contenders[f"recipe {fmt if fmt != 'dtype' else args.dtype} {backend}"] = (
-                partial(recipe_decode, llm, new_tokens=args.batch1_new), step_bytes(llm.engine.model))
+            for huge in pages:
+                llm = recipe_llm(args, fmt, enable_prefix_caching=False, decode_backend=backend,
+                                 huge_pages=huge == "on")
+                llms.append(llm)
+                name = f"recipe {fmt if fmt != 'dtype' else args.dtype} {backend}"
+                name += f" huge-pages {huge}" if len(pages) > 1 else ""
+                contenders[name] = (partial(recipe_decode, llm, new_tokens=args.batch1_new),
+                                    step_bytes(llm.engine.model))
     for fn, _ in contenders.values():
         fn(prompts[0])  # warm-up
     per_token: dict[str, list[float]] = {name: [] for name in contenders}
@@ -174,9 +181,9 @@ def bench_batch1(args: argparse.Namespace, hf: Any, cpp: Any) -> None:
     bw = read_bandwidth()
     anchor = {name: tps for name, tps, _, _ in rows}
     print(f"batch1: decode tok/s, prompt {args.batch1_prompt}, {args.batch1_new} new tokens, fresh prompt per run; "
-          f"read bandwidth {bw / 1e9:.1f} GB/s (reduction over 1 GiB)")
+          f"read bandwidth {bw / 1e9:.1f} GB/s (reduction over 1 GiB, the better of 4 KiB and huge pages)")
     for name, tps, _per_token, nbytes in rows:
-        line = f"  {name:30s} {tps:8.1f} tok/s"
+        line = f"  {name:44s} {tps:8.1f} tok/s"
         for ref in ("llama.cpp (Q4_1 GGUF)", f"transformers {args.dtype}"):
             if ref in anchor and name.startswith("recipe"):
                 line += f"   {tps / anchor[ref]:.2f}x {ref.split()[0]}"
@@ -416,6 +423,8 @@ def main() -> int:
                    help="EngineConfig.step_threads of Recipe's runs")
     p.add_argument("--decode-backends", default="layers,fused",
                    help="EngineConfig.decode_backend values measured side by side in batch1")
+    p.add_argument("--huge-pages", default="on", choices=("on", "off", "on,off"),
+                   help="batch1: Recipe's weights in transparent huge pages (EngineConfig.huge_pages); on,off runs both")
     p.add_argument("--overhead-layers", type=int, default=1)
     p.add_argument("--llama-cpp", action=argparse.BooleanOptionalAction, default=True,
                    help="compare with llama.cpp (installs llama-cpp-python into this environment if missing)")
