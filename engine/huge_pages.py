@@ -19,6 +19,8 @@ from torch import nn
 
 HUGE_PAGE = 2 << 20
 ALIGN = 64  # every tensor starts on a cache line
+# Tensors from this size move: every weight matrix (a q4_1 layer's are under 1 MiB), not norms and biases
+MIN_BYTES = 64 << 10
 
 
 def _movable(t: torch.Tensor, min_bytes: int) -> bool:
@@ -28,7 +30,7 @@ def _movable(t: torch.Tensor, min_bytes: int) -> bool:
             and t.untyped_storage().nbytes() == nbytes)
 
 
-def move_weights_to_huge_pages(model: nn.Module, min_bytes: int = HUGE_PAGE) -> int:
+def move_weights_to_huge_pages(model: nn.Module, min_bytes: int = MIN_BYTES) -> int:
     """Move `model`'s parameters and buffers of at least `min_bytes` into one huge-page-advised mapping, in
     place: each that spans its whole storage and is the only tensor of the model over it (a Parameter held by
     several modules is one tensor: moved once, every holder sees the new memory). Returns the bytes
