@@ -102,10 +102,11 @@ class CompiledConstraint:
     def size_bytes(self) -> int:
         return int(self.handle.size_bytes)
 
-    def matcher(self, *, reuse_string_masks: bool = True) -> Matcher:
-        """A new per-request matcher. `reuse_string_masks=False` turns off the mask reuse inside free JSON
-        strings (`string_masks`; same masks, each computed afresh)."""
-        return Matcher(self, reuse_string_masks=reuse_string_masks)
+    def matcher(self, *, reuse_string_masks: bool = True, reuse_format_masks: bool = True) -> Matcher:
+        """A new per-request matcher. `reuse_string_masks=False` turns off the mask reuse inside JSON strings
+        (`string_masks`, `format_masks`; same masks, each computed afresh); `reuse_format_masks=False` only the
+        composed masks inside strings with a format or pattern (`format_masks`)."""
+        return Matcher(self, reuse_string_masks=reuse_string_masks, reuse_format_masks=reuse_format_masks)
 
     def allocate_bitmask(self, batch: int | None = None) -> np.ndarray:
         return bitmask.allocate(self.vocab_size, batch)
@@ -134,7 +135,8 @@ class Matcher:
     # the backend after every fill; off: always ask (tests prove the masks equal).
     eos_from_mask: ClassVar[bool] = True
 
-    def __init__(self, compiled: CompiledConstraint, *, reuse_string_masks: bool = True) -> None:
+    def __init__(self, compiled: CompiledConstraint, *, reuse_string_masks: bool = True,
+                 reuse_format_masks: bool = True) -> None:
         self._compiled = compiled
         self._m = compiled.handle.new_matcher()
         if reuse_string_masks and compiled.extra.get("track_strings"):
@@ -142,7 +144,8 @@ class Matcher:
 
             track = getattr(self._m, "track_strings", None)
             if track is not None:
-                track(StringTracker(compiled.extra["string_schema"], compiled.vocabulary))
+                track(StringTracker(compiled.extra["string_schema"], compiled.vocabulary,
+                                    formats=reuse_format_masks))
         self._eos = compiled.eos_token_ids
         self._history: list[int] = []
         self._terminated = False

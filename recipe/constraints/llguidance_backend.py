@@ -14,6 +14,7 @@ from typing import Any
 import llguidance as llg
 import numpy as np
 
+from recipe.constraints.format_masks import FormatMasks
 from recipe.constraints.kinds import ConstraintError
 from recipe.constraints.string_masks import StringTracker
 from recipe.constraints.vocabulary import Vocabulary
@@ -37,12 +38,15 @@ def ll_tokenizer(vocab: Vocabulary) -> llg.LLTokenizer:
 
 
 class _Matcher:
-    """One request's llguidance matcher. Three shortcuts, all exact:
+    """One request's llguidance matcher. Four shortcuts, all exact:
 
     * at the start state (nothing consumed, or everything rolled back) the mask is the one the prototype
       computed at compile time (llguidance is deterministic in its state), copied instead of recomputed;
     * inside a JSON string whose text is free (`string_masks`, when `track_strings` attached a tracker)
       the mask computed at the string's first such position is copied at the later ones;
+    * inside a JSON string with a format or anchored pattern (`format_masks`, same tracker) the mask is
+      composed from the inner part llguidance gave at the same DFA state before and what may follow the
+      string (learned in this string, or one `validate_tokens` per unknown continuation);
     * the raw pointer of the last output array is kept (`ndarray.ctypes` costs microseconds per call).
 
     `eos_probe` (word, bit) is llguidance's own EOS id in a mask: llguidance sets it exactly when the matcher
@@ -50,8 +54,8 @@ class _Matcher:
     accepting", which `Matcher` uses to skip asking (`Matcher.eos_from_mask`).
     """
 
-    __slots__ = ("_consumed", "_initial", "_m", "_nbytes", "_out", "_ptr", "_reuse_key", "_reuse_mask", "_strings",
-                 "eos_probe")
+    __slots__ = ("_consumed", "_formats", "_initial", "_m", "_nbytes", "_out", "_ptr", "_reuse_key", "_reuse_mask",
+                 "_strings", "eos_probe")
 
     def __init__(self, m: llg.LLMatcher, initial: np.ndarray | None, eos_id: int | None = None) -> None:
         self._m = m
@@ -64,6 +68,7 @@ class _Matcher:
         self._strings: StringTracker | None = None
         self._reuse_key: tuple[int, int] | None = None
         self._reuse_mask: np.ndarray | None = None
+        self._formats = FormatMasks()
 
     def track_strings(self, tracker: StringTracker) -> None:
         """Reuse masks inside free JSON strings, at the positions `tracker` marks (before any id is accepted)."""
@@ -73,23 +78,33 @@ class _Matcher:
         if self._consumed == 0 and self._initial is not None and out.shape == self._initial.shape:
             np.copyto(out, self._initial)
             return
-        key = self._strings.key if self._strings is not None else None
-        if key is not None and key == self._reuse_key:
-            assert self._reuse_mask is not None
-            if out.shape == self._reuse_mask.shape:
-                np.copyto(out, self._reuse_mask)
+        strings = self._strings
+        if strings is not None:
+            key = strings.key
+            if key is not None and key == self._reuse_key:
+                assert self._reuse_mask is not None
+                if out.shape == self._reuse_mask.shape:
+                    np.copyto(out, self._reuse_mask)
+                    return
+            fkey = strings.format_key
+            if fkey is not None and self._formats.fill(fkey, out, self._m):
                 return
         if out is not self._out:
             if not out.flags["C_CONTIGUOUS"]:
                 raise ConstraintError("llguidance masks need a C-contiguous int32 array")
             self._out, self._ptr, self._nbytes = out, out.ctypes.data, out.nbytes
         self._m.unsafe_compute_mask_ptr(self._ptr, self._nbytes)
-        if key is not None:
+        if strings is not None:
             self.remember(out)
 
     def remember(self, out: np.ndarray) -> None:
-        """Keep `out`, just computed by llguidance for this state, where the tracker marks a free string."""
-        key = self._strings.key if self._strings is not None else None
+        """Keep what `out`, just computed by llguidance for this state, tells the reuse at the tracker's marks."""
+        if self._strings is None:
+            return
+        fkey = self._strings.format_key
+        if fkey is not None:
+            self._formats.learn(fkey, out)
+        key = self._strings.key
         if key is None or key == self._reuse_key:
             return
         if self._reuse_mask is None or self._reuse_mask.shape != out.shape:
@@ -102,7 +117,12 @@ class _Matcher:
         """`fill` copies a kept mask instead of asking llguidance (the batch path fills these one by one)."""
         if self.at_start:
             return True
-        return self._strings is not None and self._strings.key is not None and self._strings.key == self._reuse_key
+        strings = self._strings
+        if strings is None:
+            return False
+        if strings.key is not None and strings.key == self._reuse_key:
+            return True
+        return strings.format_key is not None and self._formats.ready(strings.format_key)
 
     def accept(self, token_id: int) -> bool:
         if self._m.try_consume_tokens([token_id]) == 1:
@@ -119,6 +139,7 @@ class _Matcher:
         if self._strings is not None:
             self._strings.rollback(n)
             self._reuse_key = None
+            self._formats.forget()
 
     def accepting(self) -> bool:
         return bool(self._m.is_accepting())

@@ -27,6 +27,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from recipe.constraints.format_dfa import ByteDfa, Unsupported, pattern_dfa, string_dfa
+from recipe.constraints.format_masks import FormatTable, format_tables
+from recipe.constraints.string_formats import FORMAT_REGEX
 from recipe.constraints.vocabulary import Vocabulary
 
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
@@ -98,6 +101,21 @@ def _string_bounds(node: Any) -> tuple[int, int | None] | None:
     return (lo, hi)
 
 
+def _string_regex(node: Any) -> ByteDfa | None:
+    """The DFA of a string schema whose only assertion is a known `format` or an anchored `pattern`."""
+    if not isinstance(node, dict) or node.get("type") != "string":
+        return None
+    fmt, pattern = node.get("format"), node.get("pattern")
+    try:
+        if node.keys() <= _ANNOTATIONS | {"type", "format"} and isinstance(fmt, str) and fmt in FORMAT_REGEX:
+            return string_dfa(FORMAT_REGEX[fmt])
+        if node.keys() <= _ANNOTATIONS | {"type", "pattern"} and isinstance(pattern, str):
+            return pattern_dfa(pattern)
+    except Unsupported:
+        return None
+    return None
+
+
 def _property(node: Any, key: str | None) -> Any:
     """The schema of `key`'s value in an object governed by `node`."""
     if node is UNKNOWN or key is None:
@@ -132,11 +150,13 @@ def _child(node: Any) -> Any:
 
 
 def worth_tracking(schema: Any, vocab: Vocabulary) -> bool:
-    """Whether `schema` has a string whose length bounds leave a band (above) for some reuse to happen.
+    """Whether `schema` has a string whose length bounds leave a band (above) for some reuse to happen, or a
+    string with a format or anchored pattern (`format_masks`).
 
     llguidance computes a mask inside a free string in a few µs already (bench/constraints.py free_text:
     ~6 µs with reuse or without), while following the bytes costs about 1-2 µs per accepted id; the large
-    saving is inside long length-bounded strings (long_string: ~26 → ~3 µs), so only those turn it on."""
+    saving is inside long length-bounded strings (long_string: ~26 → ~3 µs) and inside formats (a `uri`
+    costs llguidance 150-190 µs per token), so only those turn it on."""
     longest = plain_tokens(vocab).longest
     stack = [schema]
     while stack:
@@ -145,6 +165,8 @@ def worth_tracking(schema: Any, vocab: Vocabulary) -> bool:
             bounds = _string_bounds(node)
             if bounds is not None and bounds[1] is not None and bounds[1] > longest + bounds[0]:
                 return True
+            if _string_regex(node) is not None:
+                return True
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
@@ -152,41 +174,55 @@ def worth_tracking(schema: Any, vocab: Vocabulary) -> bool:
 
 
 class StringTracker:
-    """Follows one matcher's accepted token bytes; `key` is set exactly where the mask repeats (above).
+    """Follows one matcher's accepted token bytes; `key` is set exactly where the mask repeats (above), and
+    `format_key` (string id, `FormatTable`, DFA state) inside a string with a format or anchored pattern
+    while its text has no backslash and is still a prefix of the regex's language, at a state where the
+    text may go on in two ways at least (`format_masks`).
 
     `advance(id)` after each accepted id, `rollback(n)` with the matcher's. The state is one tuple,
-    stacked per accepted id for rollback.
+    stacked per accepted id for rollback. `formats=False` leaves `format_key` None throughout.
     """
 
-    __slots__ = ("_history", "_inert", "_longest", "_pieces", "_plain_bytes", "_plain_chars", "_state", "key")
+    __slots__ = ("_formats", "_history", "_inert", "_longest", "_pieces", "_plain_bytes", "_plain_chars", "_state",
+                 "_tables", "format_key", "key")
 
-    def __init__(self, schema: Any, vocab: Vocabulary) -> None:
+    def __init__(self, schema: Any, vocab: Vocabulary, *, formats: bool = True) -> None:
         plain = plain_tokens(vocab)
         self._pieces = vocab.piece
         self._plain_chars, self._plain_bytes, self._longest = plain.chars, plain.nbytes, plain.longest
         self._inert = plain.inert
+        self._formats = formats
+        self._tables = format_tables(vocab)
         # (where, frames, expect_key, value_schema, bounds, esc, pending, key_bytes, last_key, string_id,
-        #  nbytes, nchars): frames are linked (is_object, schema, parent) tuples; bounds the current value
-        # string's (minLength, maxLength) when its text is otherwise free, else None; esc -1 after a
-        # backslash, n > 0 with n hex digits to go; nbytes/nchars the string's text so far
-        self._state: tuple[Any, ...] = (_OUT, None, False, _child(schema), None, 0, 0, b"", "", None, 0, 0)
+        #  nbytes, nchars, table, q): frames are linked (is_object, schema, parent) tuples; bounds the current
+        # value string's (minLength, maxLength) when its text is otherwise free, else None; esc -1 after a
+        # backslash, n > 0 with n hex digits to go; nbytes/nchars the string's text so far; table the
+        # current value string's `FormatTable` (None when it has no format), q its DFA state (-1: none)
+        self._state: tuple[Any, ...] = (_OUT, None, False, _child(schema), None, 0, 0, b"", "", None, 0, 0, None, -1)
         self._history: list[tuple[Any, ...]] = []
         self.key: tuple[int, int] | None = None
+        self.format_key: tuple[tuple[int, int], FormatTable, int] | None = None
 
     def advance(self, token_id: int) -> None:
         st = self._state
         self._history.append(st)
         if st[0] == _OUT and self._inert[token_id]:
-            return  # a number, literal or whitespace between values: nothing moves, `key` stays None
+            return  # a number, literal or whitespace between values: nothing moves, keys stay None
         if st[5] == 0 and st[6] == 0 and self._plain_chars[token_id]:
             if st[0] == _VALUE and st[4] is not None:  # plain text inside a string: only the counts move
-                self._state = (*st[:10], st[10] + self._plain_bytes[token_id], st[11] + self._plain_chars[token_id])
+                self._state = (*st[:10], st[10] + self._plain_bytes[token_id], st[11] + self._plain_chars[token_id],
+                               None, -1)
+                self._set_key()
+                return
+            if st[0] == _VALUE and st[12] is not None:  # plain text inside a format string: the DFA moves
+                q = st[12].step_token(st[13], token_id) if st[13] >= 0 else -1
+                self._state = (*st[:13], q)
                 self._set_key()
                 return
             if st[0] == _KEY:
                 self._state = (*st[:7], st[7] + self._pieces(token_id), *st[8:])
                 return
-        self._state = self._scan(st, self._pieces(token_id), len(self._history) - 1)
+        self._state = self._scan(st, self._pieces(token_id), len(self._history) - 1, self._open_table)
         self._set_key()
 
     def rollback(self, n: int) -> None:
@@ -196,18 +232,26 @@ class StringTracker:
         del self._history[-n:]
         self._set_key()
 
+    def _open_table(self, schema: Any) -> FormatTable | None:
+        if not self._formats:
+            return None
+        dfa = _string_regex(schema)
+        return self._tables.get(dfa) if dfa is not None else None
+
     def _set_key(self) -> None:
-        where, _, _, _, bounds, esc, pending, _, _, string_id, nbytes, nchars = self._state
-        inside = where == _VALUE and bounds is not None and not esc and not pending
-        if inside and nchars >= bounds[0] and (bounds[1] is None or nbytes + self._longest <= bounds[1]):
+        where, _, _, _, bounds, esc, pending, _, _, string_id, nbytes, nchars, table, q = self._state
+        inside = where == _VALUE and not esc and not pending
+        if inside and bounds is not None and nchars >= bounds[0] and (
+                bounds[1] is None or nbytes + self._longest <= bounds[1]):
             self.key = string_id
         else:
             self.key = None
+        self.format_key = (string_id, table, q) if inside and table is not None and q >= 0 and table.open[q] else None
 
     @staticmethod
-    def _scan(st: tuple[Any, ...], data: bytes, token_index: int) -> tuple[Any, ...]:
+    def _scan(st: tuple[Any, ...], data: bytes, token_index: int, open_table: Any) -> tuple[Any, ...]:
         (where, frames, expect_key, value_schema, bounds, esc, pending, key_bytes, last_key, string_id, nbytes,
-         nchars) = st
+         nchars, table, q) = st
         for i, b in enumerate(data):
             if where == _OUT:
                 if b == 0x22:  # "
@@ -216,6 +260,8 @@ class StringTracker:
                     else:
                         where, bounds, string_id = _VALUE, _string_bounds(value_schema), (token_index, i)
                         nbytes = nchars = 0
+                        table = open_table(value_schema) if bounds is None else None
+                        q = 0 if table is not None else -1
                 elif b == 0x7B:  # {
                     frames = (True, value_schema, frames)
                     expect_key = True
@@ -254,8 +300,10 @@ class StringTracker:
                 if where == _KEY:
                     last_key = _decode_key(key_bytes[:-1])
                     expect_key = False
-                where, bounds, string_id = _OUT, None, None
+                where, bounds, string_id, table, q = _OUT, None, None, None, -1
                 continue
+            if table is not None and q >= 0:  # a backslash or a non-ASCII byte ends the DFA (q = -1)
+                q = table.dfa.step(q, b)
             nbytes += 1
             nchars += 1  # an ASCII character, an escape's backslash or a multi-byte character's lead byte
             if b == 0x5C:  # backslash
@@ -267,7 +315,7 @@ class StringTracker:
             elif b >= 0xC0:
                 pending = 1
         return (where, frames, expect_key, value_schema, bounds, esc, pending, key_bytes, last_key, string_id,
-                nbytes, nchars)
+                nbytes, nchars, table, q)
 
 
 def _decode_key(raw: bytes) -> str | None:
