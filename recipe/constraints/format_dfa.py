@@ -221,10 +221,11 @@ def _build(nfa: _Nfa, node: tuple, start: int, end: int) -> None:
 # --------------------------------------------------------------------------------------- DFA
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ByteDfa:
     """Minimal DFA: `step(q, byte)` is the next state or -1 (no completion left). State 0 is the start;
-    every other state can still reach an accepting one. `classes[b]` groups bytes the DFA treats alike."""
+    every other state can still reach an accepting one. `classes[b]` groups bytes the DFA treats alike.
+    Compared and hashed by identity (`string_dfa` and `pattern_dfa` return one object per regex)."""
 
     classes: bytes
     table: tuple[tuple[int, ...], ...]  # [state][class] -> state or -1

@@ -103,8 +103,11 @@ class FormatTable:
     def __init__(self, dfa: ByteDfa, vocab: Vocabulary) -> None:
         self.dfa = dfa
         self.quotes = quote_tokens(vocab)
-        self.open = tuple(len({b for b in range(256) if dfa.table[q][dfa.classes[b]] >= 0}) + (q in dfa.accepting) >= 2
-                          for q in range(dfa.size))
+        width = [0] * len(dfa.table[0])  # bytes per class
+        for c in dfa.classes:
+            width[c] += 1
+        self.open = tuple(sum(w for w, t in zip(width, row, strict=True) if t >= 0) + (q in dfa.accepting) >= 2
+                          for q, row in enumerate(dfa.table))
         self.inner: list[np.ndarray | None] = [None] * dfa.size
         self._closing: list[Closing | bool | None] = [False] * dfa.size  # False: not computed yet
         self._steps: dict[tuple[int, int], int] = {}

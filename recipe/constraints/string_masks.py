@@ -19,6 +19,10 @@ keyword outside its short lists) gets no key; so does a position inside an escap
 across tokens, and a string once a `\\u` escape appears in it (a surrogate pair may have its own lexer
 states). Tests compare every mask against the same matcher with reuse off
 (`tests/constraints/test_string_masks.py`).
+
+Inside a string whose schema is exactly a known `format` or an anchored `pattern`, the tracker also
+follows the text through the regex's DFA and sets `format_key` where `format_masks` composes the mask
+(`tests/constraints/test_format_masks.py`).
 """
 
 from __future__ import annotations
