@@ -38,7 +38,8 @@ import numpy as np
 from recipe.constraints.format_dfa import ByteDfa
 from recipe.constraints.vocabulary import Vocabulary
 
-_MAX_TABLES = 64  # regexes kept per vocabulary (formats and distinct patterns), least recently used dropped
+_MAX_TABLES = 32  # regexes kept per vocabulary (formats and distinct patterns), least recently used dropped
+_MAX_INNER = 256  # inner masks kept per table (16 KiB each over 129,280 ids): at most 4 MiB a regex
 _MAX_STEPS = 200_000  # memoised (state, token) moves per table, cleared when full
 FOLLOW = frozenset(b" \t\n\r,}]")  # the bytes that may come right after a JSON value string
 
@@ -109,6 +110,7 @@ class FormatTable:
         self.open = tuple(sum(w for w, t in zip(width, row, strict=True) if t >= 0) + (q in dfa.accepting) >= 2
                           for q, row in enumerate(dfa.table))
         self.inner: list[np.ndarray | None] = [None] * dfa.size
+        self._kept = 0
         self._closing: list[Closing | bool | None] = [False] * dfa.size  # False: not computed yet
         self._steps: dict[tuple[int, int], int] = {}
         self._pieces = vocab.piece
@@ -147,8 +149,9 @@ class FormatTable:
         if allowed.size and (cl is None or not np.isin(allowed, cl.ids).all() or (qt.unknown[qt.vclass[hit]] == 0).any()):
             self.broken = True
             return False
-        if self.inner[q] is None:
+        if self.inner[q] is None and self._kept < _MAX_INNER:
             self.inner[q] = mask & qt.not_quote
+            self._kept += 1
         return True
 
 
