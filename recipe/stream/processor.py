@@ -18,6 +18,7 @@ from recipe.conversation import ConversationRequest
 from recipe.stream.accumulate import accumulate_chat, accumulate_messages, accumulate_responses
 from recipe.stream.chat_events import ChatEventBuilder, ReasoningField, chat_finish_reason
 from recipe.stream.dsml import DsmlToolCallParser
+from recipe.stream.event_log import EventLog
 from recipe.stream.logprobs import LogprobRenderer
 from recipe.stream.messages_events import MessagesEventBuilder, messages_stop_reason
 from recipe.stream.pieces import Piece, ToolCallStart
@@ -63,7 +64,7 @@ class StreamProcessor:
         self.parser = OutputTextParser(request.parsing_options, output_format)
         self.thinking = self.parser.thinking
         self.usage = Usage()
-        self.events: list[Event] = []
+        self._log = EventLog()
         self.finished = False
         self.closed = False
         self._started = False
@@ -114,17 +115,17 @@ class StreamProcessor:
                 if text and self.parser._token_markers and not (decoder._held or decoder._det._pending):  # type: ignore[union-attr]
                     events = self._plain_run(text, 1)
                     if events is not None:
-                        self.events.extend(events)
+                        self._log.extend(events)
                         return events
         if isinstance(update, TokenUpdate):
             events = self._tokens(update)
             if events:
-                self.events.extend(events)
+                self._log.extend(events)
             return events
         if isinstance(update, TextUpdate):
             events = self._text(update)
             if events:
-                self.events.extend(events)
+                self._log.extend(events)
             return events
         if isinstance(update, Ready):
             return self._record(self._ready(update))
@@ -141,6 +142,11 @@ class StreamProcessor:
         if self.finished or self.closed:
             return []
         return self._record(self._finish("stop", explicit=False))
+
+    @property
+    def events(self) -> list[Event]:
+        """Every event emitted so far, in order (equal to those `feed` returned; see recipe.stream.event_log)."""
+        return self._log.events()
 
     def response(self) -> dict[str, Any]:
         """The complete response: the accumulation of every event emitted so far."""
@@ -160,13 +166,13 @@ class StreamProcessor:
         else:
             assert self._responses is not None
             events = self._responses.error(message)
-        self.events.extend(events)
+        self._log.extend(events)
         return events
 
     # ---- internals ------------------------------------------------------------------------------
 
     def _record(self, events: list[Event]) -> list[Event]:
-        self.events.extend(events)
+        self._log.extend(events)
         return events
 
     def _preamble(self) -> list[Event]:

@@ -36,6 +36,11 @@ class Event:
         self._raw = None  # the caller may change `data`: render from it from now on
         return self._data
 
+    @property
+    def raw(self) -> bytes | None:
+        """The JSON bytes of an event built on the per-token path, until someone reads `data`; else None."""
+        return self._raw
+
     def json(self) -> bytes:
         if self._raw is not None:
             return self._raw

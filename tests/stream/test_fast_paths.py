@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from recipe.stream import StreamProcessor
 from recipe.stream.chat_events import ChatEventBuilder
 from recipe.stream.dsml import DsmlToolCallParser, _partial_length, _partial_length_by_length
+from recipe.stream.event_log import EventLog
 from recipe.stream.messages_events import MessagesEventBuilder
 from recipe.stream.responses_events import ResponsesEventBuilder
 from recipe.stream.text_parser import OutputTextParser
@@ -45,15 +46,19 @@ def one_token_per_update(case: dict[str, Any]) -> dict[str, Any]:
 def test_fast_paths_change_nothing(case: dict[str, Any], harness: Any, v4_tokenizer: Any,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     case = one_token_per_update(case)
-    _, fast = harness.run_ours(case, v4_tokenizer)
+    fast_proc, fast = harness.run_ours(case, v4_tokenizer)
     monkeypatch.setattr(StreamProcessor, "fast_paths", False)
     monkeypatch.setattr(OutputTextParser, "fast_path", False)
     monkeypatch.setattr(DsmlToolCallParser, "find_partials", False)
     monkeypatch.setattr(DsmlToolCallParser, "fast_path", False)
     for builder in (ChatEventBuilder, MessagesEventBuilder, ResponsesEventBuilder):
         monkeypatch.setattr(builder, "use_templates", False)
-    _, slow = harness.run_ours(case, v4_tokenizer)
+    monkeypatch.setattr(EventLog, "compact", False)
+    slow_proc, slow = harness.run_ours(case, v4_tokenizer)
     assert harness.normalise(harness.event_dicts(fast)) == harness.normalise(harness.event_dicts(slow))
+    # the compact event log gives back what was sent, so the complete response is the same
+    assert [e.sse() for e in fast_proc.events] == [e.sse() for e in fast]
+    assert harness.normalise(fast_proc.response()) == harness.normalise(slow_proc.response())
     # byte-identical SSE (tool-call ids and timestamps aside)
     assert [_bytes(e.sse()) for e in fast] == [_bytes(e.sse()) for e in slow]
 
