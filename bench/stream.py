@@ -6,7 +6,9 @@ is the stream differential generator's well-formed, marker-dense outputs (tests/
 thinking, DSML tool calls, stop sequences, JSON mode, special tokens, cases the reference accepts); "prose" is plain reasoning + answer text, the common serving case. All three APIs; each figure is the median of several repetitions
 measured in this run, printed with its ratio to the reference (< 1 means cheaper than the reference).
 
-Run: `.venv/bin/python bench/stream.py [--cases 60] [--repeats 5] [--clock wall|thread] [--workloads mixed/tokens,...]`
+Run: `.venv/bin/python bench/stream.py [--cases 60] [--repeats 5] [--clock wall|thread] [--workloads mixed/tokens,...]
+[--pure-python]`: the stream modules run compiled where `python -m recipe.compiled_stream` has built them for the
+current sources (the last line says which), `--pure-python` times the interpreted ones.
 
 `--clock thread` times per-thread CPU time (both processors run on the calling thread), for figures on a
 loaded machine where wall time is mostly preemption.
@@ -134,7 +136,12 @@ def main() -> None:
                     help="wall time, or this thread's CPU time (both processors run on it)")
     ap.add_argument("--apis", default="chat,messages,responses")
     ap.add_argument("--workloads", default="mixed/tokens,mixed/text,prose/tokens")
+    ap.add_argument("--pure-python", action="store_true",
+                    help="time the pure-Python stream modules even where the compiled ones are built")
     args = ap.parse_args()
+    from recipe import compiled_stream
+
+    compiled_stream.use_compiled(not args.pure_python)
     clock = time.perf_counter if args.clock == "wall" else time.thread_time
     workloads = [tuple(w.split("/")) for w in args.workloads.split(",")]
 
@@ -206,6 +213,7 @@ def main() -> None:
                   f"{ref / n_tokens * 1e6:>12.2f}{ours / ref:>8.2f}  {n_events / ours:>11.0f}{ref_events / ref:>11.0f}")
     print("ratio = ours / reference time for the same updates (medians of", args.repeats, "repeats, same run;",
           f"clock {args.clock})")
+    print("stream modules:", "compiled (recipe.compiled_stream)" if compiled_stream.active() else "pure Python")
     print("timed: feeding every update and rendering each event's SSE bytes; request setup is outside the timing")
 
 

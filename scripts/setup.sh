@@ -14,6 +14,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # The engine's native CPU kernels (q8_0/q4_1 weights), compiled once into ~/.cache/recipe/kernels; without a
 # C compiler the engine keeps its pure-torch paths.
 .venv/bin/python -m recipe.engine.kernels.native
+# The stream hot path (recipe.stream's per-token modules) compiled with mypyc into ~/.cache/recipe/stream; without
+# a C compiler (or mypy, which ships mypyc) the pure-Python modules serve, with the same bytes.
+.venv/bin/python -m recipe.compiled_stream
 # Browser tests: chromium, and a CJK-capable font so screenshots show the DeepSeek markers' full-width
 # bar (U+FF5C) and lower block (U+2581) instead of empty boxes.
 browser_missing() {

@@ -75,6 +75,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--echo-token-delay", type=float, default=0.0, metavar="SECONDS",
                    help="with --backend echo: pause this long per token, to stand in for an engine's step time")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--pure-python-stream", action="store_true",
+                   help="stream processing in the pure-Python modules even where the mypyc-compiled ones are "
+                        "built (same bytes, slower; see recipe.compiled_stream)")
     add_engine_arguments(p)
     add_kv_args(p)
     add_disagg_args(p)
@@ -208,6 +211,9 @@ def build_backend(args: argparse.Namespace) -> Backend:
 
 
 def banner(config: ServerConfig, backend: Backend, names: tuple[str, ...]) -> str:
+    from recipe import compiled_stream
+
+    stream = "compiled (mypyc, recipe.compiled_stream)" if compiled_stream.active() else "pure Python"
     m = backend.model
     host = f"[{config.host}]" if ":" in config.host else config.host
     base = f"http://{host}:{config.port}"
@@ -218,11 +224,15 @@ def banner(config: ServerConfig, backend: Backend, names: tuple[str, ...]) -> st
         f"  OpenAI Responses         {base}/v1/responses   (stored in {config.responses_db})\n"
         f"  Anthropic Messages       {base}/v1/messages   (Anthropic SDK base_url={base})\n"
         f"  also /v1/models /tokenize /detokenize /health /metrics /version /docs; "
-        f"auth {'on (' + str(len(config.api_keys)) + ' key(s))' if config.api_keys else 'off (no key)'}"
+        f"auth {'on (' + str(len(config.api_keys)) + ' key(s))' if config.api_keys else 'off (no key)'}\n"
+        f"  stream processing        {stream}"
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    from recipe import compiled_stream
+
+    compiled_stream.use_compiled(not args.pure_python_stream)  # before anything imports recipe.stream
     import uvicorn
     from recipe.server.app import create_app, served_names_for
     from recipe.server.http_protocol import guarded_h11

@@ -102,3 +102,31 @@ def test_an_engine_option_out_of_range_is_a_clear_exit() -> None:
     p = _serve("--max-num-seqs", "0", "--port", str(_free_port()))
     out, _ = p.communicate(timeout=120)
     assert p.returncode == 2 and "max_num_seqs must be >= 1" in out
+
+
+def test_pure_python_stream_flag_serves_from_the_pure_modules() -> None:
+    """`--pure-python-stream` is the off switch of the compiled stream modules: the banner says which
+    modules serve, and a stream from them arrives whole."""
+    from recipe import compiled_stream
+
+    for flags, expected in (((), "compiled" if compiled_stream.build_dir().is_dir() else "pure Python"),
+                            (("--pure-python-stream",), "pure Python")):
+        port = _free_port()
+        p = _serve("--backend", "echo", "--model", "DeepSeek-V4-Pro", "--port", str(port), "--responses-db", ":memory:",
+                   "--log-level", "warning", *flags)
+        try:
+            assert p.stdout is not None
+            seen: list[str] = []
+            while not (seen and seen[-1].lstrip().startswith("stream processing")):
+                line = p.stdout.readline()
+                assert line, f"the server exited before its banner: {seen}"
+                seen.append(line)
+            assert expected in seen[-1], (flags, seen[-1])
+            body = {"model": "DeepSeek-V4-Pro", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+                    "stream": True, "thinking": {"type": "disabled"}}
+            with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30) as r:
+                lines = [line for line in r.iter_lines() if line]
+            assert lines[-1] == "data: [DONE]"
+        finally:
+            p.terminate()
+            p.wait(timeout=30)

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,16 +19,10 @@ from recipe.conversation import (
     ParsingOptions,
     ThinkingInitialStage,
 )
-from recipe.stream import (
-    Finish,
-    Ready,
-    StreamProcessor,
-    TextUpdate,
-    TokenLogprob,
-    TokenUpdate,
-    responses_echo,
-)
-from recipe.stream.sse import Event
+
+if TYPE_CHECKING:  # recipe.stream loads in the tests, after tests/conftest.py chose compiled or pure modules
+    from recipe.stream import StreamProcessor
+    from recipe.stream.sse import Event
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "transcripts" / "stream.jsonl.gz"
 _CALL_ID = re.compile(r"call_(\d\d)_[A-Za-z0-9_-]{20,40}")
@@ -77,6 +71,8 @@ def recipe_request(api: str, body: dict[str, Any]) -> ConversationRequest:
 
 
 def to_update(u: dict[str, Any]) -> Any:
+    from recipe.stream import Finish, Ready, TextUpdate, TokenLogprob, TokenUpdate
+
     kind = u["kind"]
     if kind == "ready":
         return Ready(prompt_tokens=u["prompt_tokens"], cached_tokens=u["cached"])
@@ -91,6 +87,8 @@ def to_update(u: dict[str, Any]) -> Any:
 
 
 def run_ours(case: dict[str, Any], tokenizer: Any) -> tuple[StreamProcessor, list[Event]]:
+    from recipe.stream import StreamProcessor, responses_echo
+
     api = case["api"]
     request = recipe_request(api, case["body"])
     fmt = "deepseek_v41" if request.model_version is ModelVersion.V41 else "deepseek_v4"
