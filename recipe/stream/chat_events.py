@@ -70,7 +70,7 @@ class ChatEventBuilder:
             else:
                 delta = {"content": None}
                 self._reasoning(delta, _SLOT)
-            tpl = self._templates[kind] = JsonTemplate(self._chunk(delta).data, [_SLOT])
+            tpl = self._templates[kind] = JsonTemplate(self._chunk(delta).data, [_SLOT], None)
         return tpl
 
     def _reasoning(self, delta: dict[str, Any], value: str | None) -> None:
@@ -118,7 +118,7 @@ class ChatEventBuilder:
             tpl = self._templates.get(kind)
             if tpl is None:
                 tpl = self._template(kind)
-            return Event(None, None, False, tpl.render1(text))
+            return Event(None, None, False, None, tpl.render1(text))
         return self.piece(ReasoningPiece(text) if is_reasoning else ContentPiece(text))
 
     def arguments_event(self, index: int, text: str) -> Event:
@@ -129,8 +129,8 @@ class ChatEventBuilder:
         tpl = self._templates.get(key)
         if tpl is None:
             delta = {"tool_calls": [{"index": index, "function": {"arguments": _SLOT}}]}
-            tpl = self._templates[key] = JsonTemplate(self._chunk(delta).data, [_SLOT])
-        return Event(None, None, False, tpl.render1(text))
+            tpl = self._templates[key] = JsonTemplate(self._chunk(delta).data, [_SLOT], None)
+        return Event(None, None, False, None, tpl.render1(text))
 
     def piece(self, piece: Piece) -> Event:
         kind = type(piece)
@@ -138,7 +138,7 @@ class ChatEventBuilder:
             tpl = self._templates.get("content" if kind is ContentPiece else "reasoning")
             if tpl is None:
                 tpl = self._template("content" if kind is ContentPiece else "reasoning")
-            return Event(None, None, False, tpl.render1(piece.text))  # type: ignore[union-attr]
+            return Event(None, None, False, None, tpl.render1(piece.text))  # type: ignore[union-attr]
         if type(piece) is ContentPiece:
             delta: dict[str, Any]
             if not self.thinking:

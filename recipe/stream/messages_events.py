@@ -24,7 +24,7 @@ _SLOTS = ("\ue0f0index\ue0f0", "\ue0f0text\ue0f0")
 
 def _delta_template(kind: str, field: str) -> JsonTemplate:
     return JsonTemplate({"type": "content_block_delta", "index": _SLOTS[0], "delta": {"type": kind, field: _SLOTS[1]}},
-                        _SLOTS)
+                        _SLOTS, "content_block_delta")
 
 
 _TEXT = _delta_template("text_delta", "text")
@@ -64,7 +64,7 @@ class MessagesEventBuilder:
         return events
 
     def _text_delta(self, template: JsonTemplate, text: str) -> Event:
-        return Event("content_block_delta", raw=template.render2(self._index, text))
+        return Event("content_block_delta", None, False, None, template.render2(self._index, text))
 
     def _delta(self, delta: dict[str, Any]) -> Event:
         return _ev("content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta})
@@ -88,19 +88,19 @@ class MessagesEventBuilder:
     def text_event(self, is_reasoning: bool, text: str) -> list[Event]:
         """`piece` of a reasoning or answer text piece without logprobs (templated while its block is open)."""
         if self.use_templates and self._open == ("thinking" if is_reasoning else "text"):
-            return [Event("content_block_delta", None, False, (_THINKING if is_reasoning else _TEXT).render2(self._index, text))]
+            return [Event("content_block_delta", None, False, None, (_THINKING if is_reasoning else _TEXT).render2(self._index, text))]
         return self.piece(ReasoningPiece(text) if is_reasoning else ContentPiece(text))
 
     def arguments_event(self, text: str) -> Event:
         """The `input_json_delta` of the open tool-use block (`piece` of it), from its byte template."""
         if not self.use_templates:
             return self._delta({"type": "input_json_delta", "partial_json": text})
-        return Event("content_block_delta", None, False, _INPUT_JSON.render2(self._index, text))
+        return Event("content_block_delta", None, False, None, _INPUT_JSON.render2(self._index, text))
 
     def piece(self, piece: Piece) -> list[Event]:
         kind = type(piece)
         if kind is ContentPiece and self._open == "text" and self.use_templates:
-            return [Event("content_block_delta", None, False, _TEXT.render2(self._index, piece.text))]  # type: ignore[union-attr]
+            return [Event("content_block_delta", None, False, None, _TEXT.render2(self._index, piece.text))]  # type: ignore[union-attr]
         if isinstance(piece, ReasoningPiece):
             events: list[Event] = []
             if self._open != "thinking":

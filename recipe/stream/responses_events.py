@@ -50,10 +50,10 @@ class ResponsesEventBuilder:
             if name == "response.output_text.delta":
                 fields["logprobs"] = []
             fields.update(output_index=_SLOTS[2], sequence_number=_SLOTS[3])
-            tpl = _DELTA_TEMPLATES[name] = JsonTemplate(fields, _SLOTS)
+            tpl = _DELTA_TEMPLATES[name] = JsonTemplate(fields, _SLOTS, name)
         seq = self._seq
         self._seq += 1
-        return Event(name, raw=tpl.render(delta, item_id, output_index, seq))
+        return Event(name, None, False, None, tpl.render(delta, item_id, output_index, seq))
 
     def text_event(self, is_reasoning: bool, text: str) -> list[Event]:
         """`piece` of a reasoning or answer text piece without logprobs; while its item is open, from a
@@ -64,7 +64,7 @@ class ResponsesEventBuilder:
             self._text.append(text)
             seq = self._seq
             self._seq = seq + 1
-            return [Event(cached[3], None, False, cached[1].render2(text, seq))]
+            return [Event(cached[3], None, False, None, cached[1].render2(text, seq))]
         if item is None or item["type"] != ("reasoning" if is_reasoning else "message") or not self.use_templates:
             return self.piece(ReasoningPiece(text) if is_reasoning else ContentPiece(text))
         if cached is None or cached[0] is not item:
@@ -75,12 +75,12 @@ class ResponsesEventBuilder:
             if not is_reasoning:
                 fields["logprobs"] = []
             fields.update(output_index=idx, sequence_number=_SLOTS[3])
-            cached = self._item_template = (item, JsonTemplate(fields, (_SLOTS[0], _SLOTS[3])), is_reasoning, name)
+            cached = self._item_template = (item, JsonTemplate(fields, (_SLOTS[0], _SLOTS[3]), name), is_reasoning, name)
         self._text.append(text)
         seq = self._seq
         self._seq += 1
         return [Event("response.reasoning_text.delta" if is_reasoning else "response.output_text.delta",
-                      raw=cached[1].render2(text, seq))]
+                      None, False, None, cached[1].render2(text, seq))]
 
     def arguments_event(self, text: str) -> Event:
         """The argument delta of the open function call item, from a template with the item's id and
@@ -94,12 +94,13 @@ class ResponsesEventBuilder:
         if cached is None or cached[0] != idx:
             tpl = JsonTemplate({"type": "response.function_call_arguments.delta", "delta": _SLOTS[0],
                                 "item_id": f"fc_{self.response_id}_{idx}", "output_index": idx,
-                                "sequence_number": _SLOTS[3]}, (_SLOTS[0], _SLOTS[3]))
+                                "sequence_number": _SLOTS[3]}, (_SLOTS[0], _SLOTS[3]),
+                               "response.function_call_arguments.delta")
             cached = self._arguments_template = (idx, tpl)
         self._text.append(text)
         seq = self._seq
         self._seq += 1
-        return Event("response.function_call_arguments.delta", raw=cached[1].render2(text, seq))
+        return Event("response.function_call_arguments.delta", None, False, None, cached[1].render2(text, seq))
 
     def _ev(self, name: str, fields: dict[str, Any]) -> Event:
         data = {"type": name, **fields, "sequence_number": self._seq}

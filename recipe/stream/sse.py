@@ -15,49 +15,61 @@ class Event:
     """One protocol event: `data` is the JSON payload, `name` the SSE event name (None for Chat chunks).
 
     `done=True` marks Chat's terminal `data: [DONE]` frame (its `data` is empty and not accumulated).
-    An event built on the per-token path holds its JSON bytes (`raw`) and parses `data` only when
-    someone reads it; from then on `data` is the truth (a caller may update it, as a server adding
-    response fields does) and `sse()` renders from it.
+    An event built on the per-token path holds its whole SSE frame (`frame`, from a `JsonTemplate`) or its
+    JSON bytes (`raw`), and parses `data` only when someone reads it; from then on `data` is the truth (a
+    caller may update it, as a server adding response fields does) and `sse()` renders from it.
     """
 
-    __slots__ = ("_data", "_raw", "done", "name")
+    __slots__ = ("_data", "_frame", "_raw", "done", "name")
 
     def __init__(self, name: str | None, data: dict[str, Any] | None = None, done: bool = False,
-                 raw: bytes | None = None) -> None:
+                 raw: bytes | None = None, frame: bytes | None = None) -> None:
         self.name = name
         self._data = data
         self._raw = raw
+        self._frame = frame
         self.done = done
+
+    @staticmethod
+    def from_frame(frame: bytes) -> Event:
+        """The event of an SSE frame that `sse()` gave (`event: <name>` line or none, `data: <json>`)."""
+        name = frame[7 : frame.index(b"\n")].decode() if frame.startswith(b"event: ") else None
+        return Event(name, None, False, None, frame)
 
     @property
     def data(self) -> dict[str, Any]:
         if self._data is None:
-            self._data = orjson.loads(self._raw) if self._raw is not None else {}
+            raw = self.raw
+            self._data = orjson.loads(raw) if raw is not None else {}
         self._raw = None  # the caller may change `data`: render from it from now on
+        self._frame = None
         return self._data
 
     @property
     def raw(self) -> bytes | None:
         """The JSON bytes of an event built on the per-token path, until someone reads `data`; else None."""
+        if self._raw is None and self._frame is not None:
+            self._raw = self._frame[len(frame_head(self.name)) : -2]
         return self._raw
 
+    @property
+    def frame(self) -> bytes | None:
+        """The SSE frame of an event built from a template, until someone reads `data`; else None."""
+        return self._frame
+
     def json(self) -> bytes:
-        if self._raw is not None:
-            return self._raw
+        raw = self.raw
+        if raw is not None:
+            return raw
         return orjson.dumps(self._data if self._data is not None else {})
 
     def sse(self) -> bytes:
         """One SSE frame: `event: <name>` (when the API names events), `data: <json>`, blank line."""
+        if self._frame is not None:
+            return self._frame
         if self.done:
             return DONE_FRAME
-        name = self.name
-        raw = self._raw if self._raw is not None else self.json()
-        if name:
-            head = _EVENT_HEADS.get(name)
-            if head is None:
-                head = _EVENT_HEADS[name] = b"event: " + name.encode() + b"\ndata: "
-            return head + raw + b"\n\n"
-        return b"data: " + raw + b"\n\n"
+        return frame_head(self.name) + self.json() + b"\n\n"
 
     def __repr__(self) -> str:
         return f"Event({self.name!r}, {self.data!r}{', done=True' if self.done else ''})"
@@ -70,14 +82,26 @@ class Event:
     __hash__ = None  # type: ignore[assignment]
 
 
+def frame_head(name: str | None) -> bytes:
+    """What precedes the JSON in an SSE frame: the `event:` line (for a named event) and `data: `."""
+    if not name:
+        return b"data: "
+    head = _EVENT_HEADS.get(name)
+    if head is None:
+        head = _EVENT_HEADS[name] = b"event: " + name.encode() + b"\ndata: "
+    return head
+
+
 class JsonTemplate:
-    """The JSON bytes of a fixed payload with a few variable values, rendered without building dicts.
+    """The SSE frame of an event (`name`, None for Chat) whose payload is fixed but for a few values,
+    rendered without building dicts.
 
     `template` is the payload with each variable replaced by a unique placeholder string from `slots`;
-    `render(*values)` gives exactly `orjson.dumps(payload)` with the values in place.
+    `render(*values)` gives exactly `Event(name, payload).sse()` with the values in place, which
+    `Event(name, frame=...)` sends as it is.
     """
 
-    def __init__(self, template: dict[str, Any], slots: Sequence[str]) -> None:
+    def __init__(self, template: dict[str, Any], slots: Sequence[str], name: str | None = None) -> None:
         raw = orjson.dumps(template)
         parts = [raw]
         for slot in slots:
@@ -86,6 +110,8 @@ class JsonTemplate:
             if not sep or marker in tail:
                 raise ValueError(f"placeholder {slot!r} must occur exactly once in the template")
             parts[-1:] = [head, tail]
+        parts[0] = frame_head(name) + parts[0]
+        parts[-1] = parts[-1] + b"\n\n"
         self._parts = parts
 
     def render1(self, value: Any) -> bytes:
