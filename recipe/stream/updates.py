@@ -3,12 +3,15 @@
 `Ready` (optional, first) carries prompt usage; `TextUpdate` carries decoded text and the number of
 tokens it accounts for; `TokenUpdate` carries raw token ids (decoded by the processor) with one
 optional `TokenLogprob` per id; `Finish` ends the output with the backend's reason.
+
+They are compiled with the stream modules (recipe.compiled_stream), where the processor reads their fields
+directly; `__reduce__` keeps them picklable there (a compiled frozen class cannot be rebuilt field by field).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 FinishReason = Literal["stop", "length", "content_filter"]
 
@@ -21,6 +24,9 @@ class Ready:
     cached_tokens: int = 0
     system_fingerprint: str | None = None
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (Ready, (self.prompt_tokens, self.cached_tokens, self.system_fingerprint))
+
 
 @dataclass(frozen=True)
 class TextUpdate:
@@ -28,6 +34,9 @@ class TextUpdate:
 
     text: str
     token_count: int = 0
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (TextUpdate, (self.text, self.token_count))
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,9 @@ class TokenLogprob:
     logprob: float
     top: tuple[tuple[int, float], ...] | list[tuple[int, float]] = field(default_factory=tuple)
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (TokenLogprob, (self.logprob, self.top))
+
 
 @dataclass(frozen=True)
 class TokenUpdate:
@@ -45,12 +57,18 @@ class TokenUpdate:
     token_ids: tuple[int, ...] | list[int]
     logprobs: tuple[TokenLogprob, ...] | list[TokenLogprob] | None = None
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (TokenUpdate, (self.token_ids, self.logprobs))
+
 
 @dataclass(frozen=True)
 class Finish:
     """The backend stopped: `stop` (EOS or stop token), `length` (max tokens) or `content_filter`."""
 
     reason: FinishReason = "stop"
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (Finish, (self.reason,))
 
 
 BackendUpdate = Ready | TextUpdate | TokenUpdate | Finish

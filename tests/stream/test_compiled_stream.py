@@ -67,3 +67,26 @@ def test_the_suite_runs_the_compiled_modules_where_built(request: pytest.Fixture
 
     expected = not request.config.getoption("--pure-stream") and compiled_stream.build_dir().is_dir()
     assert compiled_stream.active() == expected
+
+
+def test_updates_behave_as_frozen_dataclasses_compiled_or_not() -> None:
+    """The update types are compiled too (where built): they still compare, hash, print, copy, pickle,
+    `replace` and refuse assignment as frozen dataclasses do."""
+    import copy
+    import dataclasses
+    import pickle
+
+    from recipe.stream import Finish, Ready, TextUpdate, TokenLogprob, TokenUpdate
+
+    lp = TokenLogprob(-0.5, [(3, -1.0)])
+    values = [Ready(5, 2, "fp"), TextUpdate("héllo", 2), TokenUpdate([1, 2], [lp, lp]), TokenUpdate((7,)),
+              Finish("length"), lp]
+    for value in values:
+        assert pickle.loads(pickle.dumps(value)) == value
+        assert copy.copy(value) == value and copy.deepcopy(value) == value
+        assert dataclasses.replace(value) == value and dataclasses.is_dataclass(value)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            value.__setattr__(dataclasses.fields(value)[0].name, None)
+    assert repr(values[1]) == "TextUpdate(text='héllo', token_count=2)"
+    assert hash(TextUpdate("a", 1)) == hash(TextUpdate("a", 1)) and TextUpdate("a", 1) != TextUpdate("a", 2)
+    assert TextUpdate(text="x", token_count=3).token_count == 3 and Ready().prompt_tokens == 0
