@@ -90,6 +90,7 @@ class DsmlToolCallParser:
     def __init__(self, dsml: str = DSML) -> None:
         self._table = _branches(dsml)
         self._firsts = _first_char_patterns(self._table)
+        self._searched = {stage: [b[0] for b in branches] for stage, branches in self._table.items()}
         self._stage = _BLOCK
         self._held = ""  # text that may begin a match, carried to the next feed
         self._name = ""
@@ -137,7 +138,7 @@ class DsmlToolCallParser:
             if self._stage == _DONE:
                 self._held = ""
                 return out
-        hold = (_partial_length if self.find_partials else _partial_length_by_length)(buf, branches)
+        hold = (partial_length if self.find_partials else partial_length_by_length)(buf, self._searched[self._stage])
         self._other(buf[: len(buf) - hold], out)
         self._held = buf[len(buf) - hold :]
         return out
@@ -224,15 +225,16 @@ class DsmlToolCallParser:
         self._advance(length)
 
 
-def _partial_length(buf: str, branches: tuple[tuple[str, int, str | None], ...]) -> int:
-    """Length of the longest end of `buf` that is a proper prefix of a searched string.
+def partial_length(buf: str, patterns: list[str]) -> int:
+    """Length of the longest end of `buf` that is a proper prefix of one of `patterns`.
 
-    Only ends that begin with a searched string's first character can match, so those are found with
-    `str.find` instead of testing every length (`_partial_length_by_length`, the off switch
-    `DsmlToolCallParser.find_partials = False`; a property test proves them equal)."""
+    Only ends that begin with a pattern's first character can match, so those are found with `str.find`
+    instead of testing every length (`partial_length_by_length`, the off switches
+    `DsmlToolCallParser.find_partials = False` and `OutputTextParser.fast_path = False`; a property test
+    proves them equal)."""
     hold = 0
     n = len(buf)
-    for pattern, _, _ in branches:
+    for pattern in patterns:
         first = pattern[0]
         j = buf.find(first, max(n - len(pattern) + 1, 0))  # longest candidate end first
         while j >= 0 and n - j > hold:
@@ -243,10 +245,10 @@ def _partial_length(buf: str, branches: tuple[tuple[str, int, str | None], ...])
     return hold
 
 
-def _partial_length_by_length(buf: str, branches: tuple[tuple[str, int, str | None], ...]) -> int:
-    """`_partial_length`, testing each length from the longest down."""
+def partial_length_by_length(buf: str, patterns: list[str]) -> int:
+    """`partial_length`, testing each length from the longest down."""
     hold = 0
-    for pattern, _, _ in branches:
+    for pattern in patterns:
         for k in range(min(len(pattern) - 1, len(buf)), hold, -1):
             if buf.endswith(pattern[:k]):
                 hold = k

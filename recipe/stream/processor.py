@@ -24,7 +24,15 @@ from recipe.stream.messages_events import MessagesEventBuilder, messages_stop_re
 from recipe.stream.pieces import Piece, ToolCallStart
 from recipe.stream.responses_events import ResponsesEventBuilder
 from recipe.stream.sse import Event
-from recipe.stream.text_parser import _CONTENT, _DONE, _REASONING, _TOOLS, OutputFormat, OutputTextParser
+from recipe.stream.text_parser import (
+    _CONTENT,
+    _DONE,
+    _REASONING,
+    _TOOLS,
+    OutputFormat,
+    OutputTextParser,
+    _extend_tail,
+)
 from recipe.stream.token_markers import sentinels_for, unmask
 from recipe.stream.token_text import UpdateDecoder
 from recipe.stream.updates import BackendUpdate, Finish, Ready, StreamInputError, TextUpdate, TokenUpdate
@@ -305,7 +313,7 @@ class StreamProcessor:
             if run is None:
                 return None
             out_text = run
-        parser._tail = text if len(text) >= 32 else (parser._tail + text)[-32:]
+        parser._tail = _extend_tail(parser._tail, text)
         if not out_text.isascii() and parser._token_markers:
             out_text = unmask(out_text)
         self.usage.completion_tokens += count

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from recipe.conversation import ParsingOptions, ThinkingInitialStage
 from recipe.stream.chatml_tools import ChatMLToolCallParser
-from recipe.stream.dsml import DSML, DsmlToolCallParser
+from recipe.stream.dsml import DSML, DsmlToolCallParser, partial_length
 from recipe.stream.dsml import OPEN as DSML_OPEN
 from recipe.stream.json_mode import JsonOutputFilter
 from recipe.stream.pieces import ContentPiece, Piece, ReasoningPiece
@@ -282,7 +282,7 @@ class OutputTextParser:
                 and (stop_chars is None or stop_chars.isdisjoint(text))
                 and not (holds_newlines and text[-1] == "\n")
             ):
-                self._tail = text if len(text) >= 32 else (self._tail + text)[-32:]
+                self._tail = _extend_tail(self._tail, text)
                 if json is not None and self._mode == _CONTENT:
                     self._json_content(text, lp, out)
                     return
@@ -422,12 +422,15 @@ class OutputTextParser:
         self._pending.append(seg)
 
     def _release_certain(self, joined: str, marks: list[str], out: list[Piece]) -> None:
-        hold = len(joined)
-        for m in marks:
-            for k in range(min(len(m) - 1, len(joined)), 0, -1):
-                if joined.endswith(m[:k]):
-                    hold = min(hold, len(joined) - k)
-                    break
+        if self.fast_path:
+            hold = len(joined) - partial_length(joined, marks)  # a held end is found by `str.find`
+        else:
+            hold = len(joined)
+            for m in marks:
+                for k in range(min(len(m) - 1, len(joined)), 0, -1):
+                    if joined.endswith(m[:k]):
+                        hold = min(hold, len(joined) - k)
+                        break
         if self._holds_newlines(marks):
             while hold > 0 and joined[hold - 1] == "\n":
                 hold -= 1
@@ -444,6 +447,13 @@ class OutputTextParser:
         for seg in self._pending[:n]:
             self._emit(seg, out)
         del self._pending[:n]
+
+
+def _extend_tail(tail: str, text: str) -> str:
+    """`tail + text`, cut back to its last 32 characters once it passes 64 (one cut per ~32 characters
+    instead of one per token; the newline rule only looks back less than a marker's length)."""
+    tail += text
+    return tail[-32:] if len(tail) > 64 else tail
 
 
 def _split_segments(segments: list[_Segment], start: int, end: int) -> tuple[list[_Segment], list[_Segment]]:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from recipe.stream import StreamProcessor
 from recipe.stream.chat_events import ChatEventBuilder
-from recipe.stream.dsml import DsmlToolCallParser, _partial_length, _partial_length_by_length
+from recipe.stream.dsml import DsmlToolCallParser, partial_length, partial_length_by_length
 from recipe.stream.event_log import EventLog
 from recipe.stream.messages_events import MessagesEventBuilder
 from recipe.stream.responses_events import ResponsesEventBuilder
@@ -79,8 +79,7 @@ def test_partial_length_by_find_equals_by_length(head: str, patterns: list[str],
     """Buffers ending in a prefix of a searched string (any length, the whole string included)."""
     tail = patterns[which % len(patterns)]
     buf = head + tail[: cut % (len(tail) + 1)]
-    branches = tuple((p, 0, None) for p in patterns)
-    assert _partial_length(buf, branches) == _partial_length_by_length(buf, branches)
+    assert partial_length(buf, patterns) == partial_length_by_length(buf, patterns)
 
 
 @pytest.mark.parametrize(("seed", "broken"), [(2207, False), (2208, True)])
