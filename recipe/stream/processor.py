@@ -222,8 +222,10 @@ class StreamProcessor:
             if plain is not None:
                 return plain
         self.usage.completion_tokens += update.token_count
+        if self._started:
+            return self._pieces(self.parser.feed_text(update.text))
         events = self._preamble()
-        return events + self._pieces(self.parser.feed(update.text))
+        return events + self._pieces(self.parser.feed_text(update.text))
 
     def _tokens(self, update: TokenUpdate) -> list[Event]:
         ids = update.token_ids if isinstance(update.token_ids, list) else list(update.token_ids)
