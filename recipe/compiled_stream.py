@@ -18,6 +18,7 @@ Off switch: `use_compiled(False)` before `recipe.stream` is first imported (`rec
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.machinery
 import importlib.util
 import os
@@ -223,6 +224,12 @@ def install() -> bool:
         return False
     _STATE.finder = finder
     sys.meta_path.insert(0, finder)  # type: ignore[arg-type]
+    try:  # the shared library holds all the compiled code: if it cannot load, keep the pure modules
+        importlib.import_module(f"{GROUP}__mypyc")
+    except ImportError:
+        sys.meta_path.remove(finder)  # type: ignore[arg-type]
+        _STATE.finder = None
+        return False
     return True
 
 

@@ -90,3 +90,21 @@ def test_updates_behave_as_frozen_dataclasses_compiled_or_not() -> None:
     assert repr(values[1]) == "TextUpdate(text='héllo', token_count=2)"
     assert hash(TextUpdate("a", 1)) == hash(TextUpdate("a", 1)) and TextUpdate("a", 1) != TextUpdate("a", 2)
     assert TextUpdate(text="x", token_count=3).token_count == 3 and Ready().prompt_tokens == 0
+
+
+def test_a_build_that_cannot_load_leaves_the_pure_modules(tmp_path: Path) -> None:
+    """A build whose code cannot load (here garbage in place of every extension) is not used: the pure
+    modules serve instead of an ImportError at `import recipe.stream`."""
+    import importlib.machinery
+
+    folder = tmp_path / "build"
+    (folder / "recipe" / "stream").mkdir(parents=True)
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    for name in compiled_stream.MODULES:
+        (folder / "recipe" / "stream" / f"{name}{suffix}").write_bytes(b"garbage")
+    (folder / f"{compiled_stream.GROUP}__mypyc{suffix}").write_bytes(b"garbage")
+    code = ("from pathlib import Path\nfrom recipe import compiled_stream as c\n"
+            f"c.build_dir = lambda: Path({str(folder)!r})\n"
+            "import recipe.stream\nfrom recipe.stream import StreamProcessor\nprint(c.active())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr[-2000:]
