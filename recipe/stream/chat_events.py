@@ -46,6 +46,7 @@ class ChatEventBuilder:
         self.reasoning_field = reasoning_field
         self._fingerprint: str | None = None
         self._templates: dict[str, JsonTemplate] = {}
+        self._argument_templates: dict[int, JsonTemplate] = {}  # by call index
         # one placeholder per template: the "both" spelling writes the reasoning twice
         self._templated = self.use_templates and reasoning_field != "both"
 
@@ -57,6 +58,7 @@ class ChatEventBuilder:
     def system_fingerprint(self, value: str | None) -> None:
         self._fingerprint = value
         self._templates.clear()
+        self._argument_templates.clear()
 
     def _template(self, kind: str) -> JsonTemplate:
         """Bytes template of a content (`kind="content"`) or reasoning delta chunk without logprobs."""
@@ -125,11 +127,10 @@ class ChatEventBuilder:
         """The chunk of an argument delta of call `index` (`piece` of it), from its byte template."""
         if not self._templated:
             return self._chunk({"tool_calls": [{"index": index, "function": {"arguments": text}}]})
-        key = f"arguments{index}"
-        tpl = self._templates.get(key)
+        tpl = self._argument_templates.get(index)
         if tpl is None:
             delta = {"tool_calls": [{"index": index, "function": {"arguments": _SLOT}}]}
-            tpl = self._templates[key] = JsonTemplate(self._chunk(delta).data, [_SLOT], None)
+            tpl = self._argument_templates[index] = JsonTemplate(self._chunk(delta).data, [_SLOT], None)
         return Event(None, None, False, None, tpl.render1(text))
 
     def piece(self, piece: Piece) -> Event:
