@@ -3,19 +3,25 @@
     python bench/speculative.py                                   # small sizes, for a shared 2-core box
     python bench/speculative.py --tokens 128 --repeats 3          # longer outputs
 
-Workloads (every timed round gets fresh prompts; within a round every configuration gets the same ones, so
+Workloads (every timed round gets fresh prompts; within a round every configuration runs the same ones, so
 ratios are paired; prefix caching is off on every engine, so no configuration reuses another's prefill):
   edit  rewrite a Python file of this repository with one change (rename its first function)
   chat  short chat questions
   json  answers constrained to a JSON schema
-Configurations: no speculation (the engine's default, asynchronous scheduling on), the n-gram drafter with a
-fixed k = 1..6, and k = auto (per sequence and step, from calibrated confidences and the start-up step cost
-model). Also printed: no speculation with asynchronous scheduling off, since a speculative step cannot overlap
-the scheduling of the next one (the next step's positions depend on how many drafts it accepts).
-Figures: median over rounds of output tok/s, of its ratio to no speculation, the acceptance rate, the mean
-accepted length (tokens per speculating sequence-step), the mean chosen k, "cpu ratio" (this process's CPU
-seconds without speculation over the configuration's: less sensitive to other processes' load than tok/s) and
-"same", whether every greedy output equalled the output without speculation.
+Configurations: no speculation (the engine's default, asynchronous scheduling on), the drafter with a fixed
+k = 1..6, and k = auto (per sequence and step, from calibrated confidences and the start-up step cost model).
+Also: no speculation with asynchronous scheduling off ("off (sync)"), and, when `--ks` names "auto-sync", auto
+with `speculative_async` off (every speculative step synchronous, the switch's reference).
+Fairness: the configurations take turns within each round in an order that rotates from round to round (drift
+and bursts of load hit every configuration alike, not always the last ones); one warm-up round per workload and
+batch is excluded.
+Figures: median over rounds of output tok/s; "ratio", the median of the paired per-round ratios (the round's
+tok/s over the same round's no-speculation tok/s) and their range ("spread", min-max); the acceptance rate,
+the mean accepted length (tokens per speculating sequence-step), the mean chosen k, "cpu ratio" (this process's
+CPU seconds without speculation over the configuration's: less sensitive to other processes' load than tok/s)
+and "same", whether every greedy output equalled the output without speculation. Each workload and batch ends
+with the goal's figures: the best fixed k (highest median ratio) and auto against it, as the median of the
+paired per-round ratios auto / best fixed k, in %, with their range.
 """
 
 from __future__ import annotations
@@ -119,7 +125,7 @@ def main() -> None:
     ap.add_argument("--drafter", default="ngram", choices=("ngram", "draft-head"))
     ap.add_argument("--batches", default="1,8", help="concurrent requests")
     ap.add_argument("--workloads", default="edit,chat,json")
-    ap.add_argument("--ks", default="1,2,3,4,5,6,auto", help="speculation configurations")
+    ap.add_argument("--ks", default="1,2,3,4,5,6,auto", help="speculation configurations: fixed k, auto, auto-sync (auto, every step synchronous)")
     ap.add_argument("--repeats", type=int, default=1, help="timed rounds (fresh prompts each)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--linear-backend", default="few-rows", choices=("torch", "few-rows"),
@@ -142,7 +148,8 @@ def main() -> None:
     spec = LLM("smollm2", speculative=args.drafter, num_speculative_tokens="auto",
                speculative_cost_fit=args.cost_fit, speculative_draft_vocab=args.draft_vocab, **base)
     print(f"step cost model (profiled at start-up): {spec.engine.speculator.cost}")
-    ks: list[int | str] = [k if k == "auto" else int(k) for k in args.ks.split(",")]
+    overlap = spec.engine.async_scheduling
+    ks: list[int | str] = [k if k in ("auto", "auto-sync") else int(k) for k in args.ks.split(",")]
     tok = spec.tokenizer
     loads = workloads(tok)
     for name in args.workloads.split(","):
@@ -153,39 +160,39 @@ def main() -> None:
             def fresh(b: int = batch, source: Any = pool) -> list[list[int]]:
                 return [spec.encode(next(source)) for _ in range(b)]
 
-            warm = fresh(1)  # warm-up (excluded); it also starts the drafter's calibration on this workload
-            spec.engine.speculator.use_length("auto")
-            for llm in (spec, off, sync):
-                run(llm, warm, params)
-            rates: dict[str, list[float]] = {}
-            ratios: dict[str, list[float]] = {}
-            cpu_ratios: dict[str, list[float]] = {}  # CPU seconds of "off" over the configuration's
+            configs: list[str] = ["off", "off (sync)", *(f"k={k}" for k in ks)]
+            rates: dict[str, list[float]] = {key: [] for key in configs}
+            cpus: dict[str, list[float]] = {key: [] for key in configs}
+            outputs: dict[str, list[Any]] = {key: [] for key in configs}
             stats: dict[str, list[Any]] = {}
-            same: dict[str, bool] = {}
-            for _ in range(args.repeats):
+            for r in range(args.repeats + 1):  # round 0: warm-up (excluded); it also starts the calibration
                 prompts = fresh()
-                seconds, n, ref = run(off, prompts, params)
-                rates.setdefault("off", []).append(n / seconds)
-                off_cpu = CPU_SECONDS[-1]
-                seconds, n, outs = run(sync, prompts, params)
-                rates.setdefault("off (sync)", []).append(n / seconds)
-                ratios.setdefault("off (sync)", []).append(n / seconds / rates["off"][-1])
-                for k in ks:
-                    spec.engine.speculator.use_length(k)
-                    before = spec.engine.stats().speculative
-                    seconds, n, outs = run(spec, prompts, params)
-                    after = spec.engine.stats().speculative
-                    key = f"k={k}"
-                    rates.setdefault(key, []).append(n / seconds)
-                    ratios.setdefault(key, []).append(n / seconds / rates["off"][-1])
-                    cpu_ratios.setdefault(key, []).append(off_cpu / CPU_SECONDS[-1])
-                    stats.setdefault(key, []).append((before, after))
-                    same[key] = same.get(key, True) and outs == ref
-            print(f"\n{name}, batch {batch}, {args.drafter} ({args.tokens} tokens max, {args.repeats} round(s)):")
-            print(f"  {'config':<12}{'tok/s':>8}{'ratio':>8}{'accept':>8}{'mean len':>10}{'mean k':>8}{'cpu ratio':>10}  same")
-            for key in rates:
-                line = f"  {key:<12}{statistics.median(rates[key]):8.2f}"
-                line += f"{statistics.median(ratios[key]):8.2f}" if key in ratios else f"{1.0:8.2f}"
+                shift = r % len(configs)
+                for key in configs[shift:] + configs[:shift]:  # every round another configuration goes first
+                    llm, k = {"off": (off, None), "off (sync)": (sync, None)}.get(key, (spec, key[2:]))
+                    if k is not None:
+                        spec.engine.speculator.use_length("auto" if k == "auto-sync" else k)
+                        # "auto-sync": the engine as speculative_async=False makes it (the switch's reference)
+                        spec.engine.async_scheduling = overlap and k != "auto-sync"
+                        before = spec.engine.stats().speculative
+                    seconds, n, outs = run(llm, prompts, params)
+                    spec.engine.async_scheduling = overlap
+                    if r == 0:
+                        continue
+                    rates[key].append(n / seconds)
+                    cpus[key].append(CPU_SECONDS[-1])
+                    outputs[key].append(outs)
+                    if k is not None:
+                        stats.setdefault(key, []).append((before, spec.engine.stats().speculative))
+            ratios = {key: [x / o for x, o in zip(rates[key], rates["off"], strict=True)] for key in configs}
+            print(f"\n{name}, batch {batch}, {args.drafter} ({args.tokens} tokens max, {args.repeats} round(s), "
+                  f"order rotated per round):")
+            print(f"  {'config':<12}{'tok/s':>8}{'ratio':>8}{'spread':>13}{'accept':>8}{'mean len':>10}{'mean k':>8}"
+                  f"{'cpu ratio':>10}  same")
+            for key in configs:
+                lo, hi = min(ratios[key]), max(ratios[key])
+                line = f"  {key:<12}{statistics.median(rates[key]):8.2f}{statistics.median(ratios[key]):8.2f}"
+                line += f"{f'{lo:.2f}-{hi:.2f}':>13}"
                 if key in stats:
                     d, a, acc, hist = 0, 0, 0, {}
                     for before, after in stats[key]:
@@ -195,9 +202,22 @@ def main() -> None:
                         for kk, c in after.length_histogram.items():
                             hist[kk] = hist.get(kk, 0) + c - before.length_histogram.get(kk, 0)
                     chosen = sum(kk * c for kk, c in hist.items()) / max(1, sum(hist.values()))
-                    line += f"{acc / max(a, 1):8.2f}{1 + acc / max(d, 1):10.2f}{chosen:8.2f}"
-                    line += f"{statistics.median(cpu_ratios[key]):10.2f}  {same[key]}"
+                    cpu = statistics.median(o / c for o, c in zip(cpus["off"], cpus[key], strict=True))
+                    same = outputs[key] == outputs["off"]
+                    line += f"{acc / max(a, 1):8.2f}{1 + acc / max(d, 1):10.2f}{chosen:8.2f}{cpu:10.2f}  {same}"
                 print(line, flush=True)
+            fixed = [key for key in configs if key[2:].isdigit()]
+            for auto in ("k=auto", "k=auto-sync"):
+                if fixed and auto in configs:
+                    best = max(fixed, key=lambda key: statistics.median(ratios[key]))
+                    paired = [x / y - 1 for x, y in zip(rates[auto], rates[best], strict=True)]
+                    print(f"  {auto[2:]} vs best fixed {best} ({statistics.median(ratios[best]):.2f}x): "
+                          f"{statistics.median(paired):+.1%} (paired per round, {min(paired):+.1%} to "
+                          f"{max(paired):+.1%})", flush=True)
+            if "k=auto" in configs and "k=auto-sync" in configs:
+                paired = [x / y - 1 for x, y in zip(rates["k=auto"], rates["k=auto-sync"], strict=True)]
+                print(f"  auto vs auto-sync: {statistics.median(paired):+.1%} (paired per round, "
+                      f"{min(paired):+.1%} to {max(paired):+.1%})", flush=True)
     for llm in (off, sync, spec):
         llm.shutdown()
 
