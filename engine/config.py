@@ -105,6 +105,10 @@ class EngineConfig:
     # "draft-head": "reduced" drafts from the head's frequency-ranked vocabulary where its weights have one
     # (engine/speculative/draft_head.py), "full" from the target's whole vocabulary
     speculative_draft_vocab: str = "reduced"
+    # with `async_scheduling`: steps that verify no draft (every sequence at k = 0, as while "auto" has paused
+    # drafting) overlap the next step's scheduling like plain decode steps; False: every step of a speculative
+    # engine waits for its predecessor (the reference)
+    speculative_async: bool = True
 
     def __post_init__(self) -> None:
         checks = [

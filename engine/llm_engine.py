@@ -130,8 +130,10 @@ class LLMEngine:
                 run_on_model_thread=lambda fn: self._executor.submit(fn).result(),  # type: ignore[union-attr]
                 max_model_len=self.max_model_len, vocab_size=self.vocab_size)
         # Speculation drafts from each sequence's last token and the next step's positions depend on how many
-        # drafts the step in flight accepts: with it on, each step waits for its predecessor (no overlap).
-        self.async_scheduling = cfg.async_scheduling and self.speculator is None
+        # drafts a verify step accepts: a verify step runs alone (no overlap), and a step that drafts first waits
+        # for the step in flight. Steps that draft nothing overlap as without speculation (`speculative_async`;
+        # off: every step waits for its predecessor).
+        self.async_scheduling = cfg.async_scheduling and (self.speculator is None or cfg.speculative_async)
         self._inflight: deque[tuple[SchedulerOutput, Future[StepResult]]] = deque()
         self.requests: dict[str, list[Sequence]] = {}
         self._first_token_time: dict[int, float] = {}
@@ -189,19 +191,26 @@ class LLMEngine:
         """Run one step; returns the output deltas of the step that completed (if any)."""
         if self._executor is None:
             raise RuntimeError("the engine was shut down")
-        if self.speculator is not None:
-            self.speculator.draft(self.scheduler.running)
+        outputs: list[RequestOutput] = []
+        spec = self.speculator
+        if spec is not None:
+            may_draft = spec.may_draft(self.scheduler.running)
+            if may_draft and self._inflight:  # a draft starts from its sequence's last token: learn it first
+                outputs = self.drain()
+            spec.draft(self.scheduler.running, may_draft)
         sched = self.scheduler.schedule()
-        if not self.async_scheduling:
-            if not sched:
-                return []
-            return self._postprocess(sched, self._executor.submit(self.runner.execute, self.runner.prepare(sched)).result())
+        if not self.async_scheduling or (spec is not None and any(s.draft_ids for s in sched.scheduled)):
+            outputs += self.drain()  # a verify step runs alone: the next step depends on what it accepts
+            if sched:
+                result = self._executor.submit(self.runner.execute, self.runner.prepare(sched)).result()
+                outputs += self._postprocess(sched, result)
+            return outputs
         if sched:
             self._inflight.append((sched, self._executor.submit(self.runner.execute, self.runner.prepare(sched))))
         if len(self._inflight) > 1 or (self._inflight and not sched):
             done, future = self._inflight.popleft()
-            return self._postprocess(done, future.result())
-        return []
+            outputs += self._postprocess(done, future.result())
+        return outputs
 
     def _postprocess(self, sched: SchedulerOutput, result: StepResult) -> list[RequestOutput]:
         self.steps += 1

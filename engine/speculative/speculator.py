@@ -1,8 +1,9 @@
 """The engine's side of speculative decoding: draft before scheduling, settle after verification.
 
-Before each step `draft` gives every running sequence that is decoding (its last token known, no step in
-flight) a `draft_ids` list; the scheduler charges 1 + len(draft_ids) tokens and the model runner scores
-all of them in one step (a prefill span over the paged KV). After the step `settle` rolls back what was
+Before each step `may_draft` says whether the step may draft at all (when not, it needs no result of the
+step in flight, and the engine overlaps them), then `draft` gives every running sequence that is decoding
+(its last token known, no step in flight) a `draft_ids` list; the scheduler charges 1 + len(draft_ids)
+tokens and the model runner scores all of them in one step (a prefill span over the paged KV). After the step `settle` rolls back what was
 rejected: `num_computed_tokens` drops to the accepted length and blocks past it return to the pool.
 Draft tokens never enter `token_ids` unless accepted, so the prefix cache never registers them.
 """
@@ -44,6 +45,8 @@ class Speculator:
         self.first_hit_rate = 0.5
         self._first_drafts: dict[int, tuple[int, int]] = {}  # seq_id -> (index in token_ids, drafted token)
         self._auto_steps = 0
+        self._paused = False  # `may_draft`'s verdict: "auto" drafts for no sequence this step
+        self._min_survival = 0.0  # "auto": the break-even survival of one more draft token this step
 
     def use_length(self, num_speculative_tokens: int | str) -> None:
         """Switch between a fixed draft length and "auto" (the drafter's calibration is kept)."""
@@ -57,33 +60,59 @@ class Speculator:
         return (seq.status == SequenceStatus.RUNNING and seq.num_pending == 0
                 and seq.num_computed_tokens == len(seq.token_ids) - 1 and can_speculate(seq.matcher))
 
-    def draft(self, running: list[Sequence]) -> None:
-        """Set `draft_ids` on each running sequence (empty where it does not speculate this step)."""
+    @staticmethod
+    def in_decode(seq: Sequence) -> bool:
+        """Running and past its prompt: it decodes next, whether or not its last token is known yet."""
+        return seq.status == SequenceStatus.RUNNING and seq.num_computed_tokens >= len(seq) - 1
+
+    def may_draft(self, running: list[Sequence]) -> bool:
+        """Whether the next step may draft at all; call once per engine step, before `draft`.
+
+        False when no running sequence decodes, or when "auto" has paused drafting (the first draft token's hit
+        rate is below its break-even survival; every PROBE_EVERY-th step still drafts): then no sequence drafts
+        whatever its tokens, so the step needs no result of the step in flight and may overlap it.
+        """
+        self._paused = False
+        decoding = [s for s in running if self.in_decode(s)]
+        if not decoding:
+            return False
+        if self.fixed is not None:
+            return True
+        assert self.cost is not None
+        n = len(running)
+        others = sum(len(s) - s.num_computed_tokens for s in running if not self.in_decode(s))
+        base = len(decoding) + min(others, self.max_num_batched_tokens)
+        # a token whose survival is below its marginal cost over the step's is never chosen: not drafted
+        step = self.cost.predict(n, base)
+        self._min_survival = (self.cost.predict(n, base + 1) - step + self.draft_cost) / step
+        self._auto_steps += 1
+        self._paused = self.first_hit_rate < self._min_survival and bool(self._auto_steps % PROBE_EVERY)
+        return not self._paused
+
+    def draft(self, running: list[Sequence], may_draft: bool = True) -> None:
+        """Set `draft_ids` on each running sequence (empty where it does not speculate this step).
+
+        `may_draft`: `may_draft(running)`'s verdict for this step; a sequence drafts only once its last token
+        is known (no step of it in flight)."""
         start = time.perf_counter()
         self._drafts = {}
         for seq in running:
             seq.draft_ids = []
         self._score_first_drafts(running)
-        seqs = [s for s in running if self.decoding(s)]
+        if self._paused:
+            paused = sum(1 for s in running if self.in_decode(s))
+            self.metrics.zero_length += paused
+            self.metrics.length_histogram[0] = self.metrics.length_histogram.get(0, 0) + paused
+        seqs = [s for s in running if self.decoding(s)] if may_draft else []
         if not seqs:
+            self.metrics.drafter_s += time.perf_counter() - start
             return
         room = [min(self.max_draft, s.params.max_tokens - s.num_output_tokens - 1,
                     self.max_model_len - len(s) - 1) for s in seqs]
         n = len(running)
         others = sum(len(s) - s.num_computed_tokens for s in running if not self.decoding(s))
         base = len(seqs) + min(others, self.max_num_batched_tokens)
-        min_survival = 0.0
-        if self.fixed is None:
-            # a token whose survival is below its marginal cost over the step's is never chosen: not drafted
-            assert self.cost is not None
-            step = self.cost.predict(n, base)
-            min_survival = (self.cost.predict(n, base + 1) - step + self.draft_cost) / step
-            self._auto_steps += 1
-            if self.first_hit_rate < min_survival and self._auto_steps % PROBE_EVERY:
-                self.metrics.zero_length += len(seqs)
-                self.metrics.length_histogram[0] = self.metrics.length_histogram.get(0, 0) + len(seqs)
-                self.metrics.drafter_s += time.perf_counter() - start
-                return
+        min_survival = self._min_survival if self.fixed is None else 0.0
         if hasattr(self.drafter, "min_survival"):
             self.drafter.min_survival = min_survival
         proposing = time.perf_counter()
@@ -124,6 +153,8 @@ class Speculator:
             index, token = pending.get(seq.seq_id, (-1, -1))
             if 0 <= index < len(seq.token_ids):
                 self.first_hit_rate += 0.2 * (float(seq.token_ids[index] == token) - self.first_hit_rate)
+            elif index >= 0 and seq.num_pending:  # the step that emits it is still in flight: score it later
+                self._first_drafts[seq.seq_id] = (index, token)
 
     def settle(self, seq: Sequence, start: int, num_drafted: int, num_accepted: int) -> None:
         """After a verify step of `num_drafted` drafts: keep the KV of the accepted ones, free the rest."""
