@@ -118,6 +118,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--speculative-cost-fit", default=None, choices=("grid", "plane"),
                    help="auto draft lengths: the profiled step cost interpolated over the measured steps "
                         "(grid, default) or a least-squares plane (EngineConfig.speculative_cost_fit)")
+    g.add_argument("--speculative-async", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --async-scheduling, steps that verify no draft overlap the next one (default on; "
+                        "off: every speculative step waits for its predecessor; EngineConfig.speculative_async)")
     g.add_argument("--weight-format", default=None, choices=("dtype", "int8", "int4", "q8_0", "q4_1"),
                    help="weights: dtype (default), int8/int4 (torch kernels), q8_0/q4_1 (native CPU kernels)")
     g.add_argument("--step-threads", default="auto", choices=("auto", "off"),
@@ -159,6 +162,7 @@ ENGINE_OPTIONS = {
     "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
     "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",
     "speculative_cost_fit": "speculative_cost_fit", "speculative_draft_vocab": "speculative_draft_vocab",
+    "speculative_async": "speculative_async",
     "weight_format": "weight_format", "attention_backend": "attention_backend", "norm_backend": "norm_backend",
     "decode_backend": "decode_backend", "linear_backend": "linear_backend", "huge_pages": "huge_pages",
     "expert_parallel_size": "expert_parallel_size",

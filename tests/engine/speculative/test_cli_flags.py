@@ -23,6 +23,9 @@ def test_flags_map_to_the_engine_config() -> None:
                               "--speculative-draft-vocab", "full"])
     config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
     assert (config.speculative_cost_fit, config.speculative_draft_vocab) == ("plane", "full")
+    assert config.speculative_async  # on by default
+    args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-async"])
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_async is False
 
 
 @pytest.mark.parametrize("argv", [["--speculative", "eagle"], ["--num-speculative-tokens", "0"],
