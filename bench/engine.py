@@ -9,7 +9,8 @@ Figures (medians over --repeats runs; every timed run gets a fresh random prompt
            the decoder layers' torch modules, or `fused`, one native call per step) vs llama.cpp on the same GGUF
            (llama-cpp-python, installed by this script) and vs `transformers.generate`, all in one run; Recipe
            runs with prefix caching off, so it pays the same prefill as the others. Roofline: read bandwidth (a
-           reduction over 1 GiB, the better of 4 KiB and huge pages) / bytes of weights read per step, and the fraction of it reached
+           reduction over 1 GiB, the better of 4 KiB and huge pages, taken after every round) / bytes of weights
+           read per step; the fraction of it reached is the median over rounds of each round's own fraction
   overhead batch-1 decode ms per step of SmolLM2 cut to --overhead-layers layer(s): what a step costs besides
            reading the weights, with the reference paths (SDPA loop, torch RMSNorm) vs the native kernels
   scaling  aggregate decode tok/s at 1, 8, 32, 64 concurrent sequences and the ratio to batch 1, per attention
@@ -25,6 +26,7 @@ Figures (medians over --repeats runs; every timed run gets a fresh random prompt
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -39,7 +41,7 @@ import sysconfig
 from pathlib import Path
 
 import torch
-from engine_baselines import LLAMA_CPP_VERSION, LlamaCpp, read_bandwidth
+from engine_baselines import LLAMA_CPP_VERSION, LlamaCpp, ReadBandwidth
 from recipe.engine import LLM, SamplingParams
 from recipe.engine.context import AttentionContext, reset_context, set_context
 from recipe.engine.device import parse_dtype
@@ -147,7 +149,7 @@ def hf_decode(model: Any, prompt: list[int], new_tokens: int) -> tuple[float, fl
 def bench_batch1(args: argparse.Namespace, hf: Any, cpp: Any) -> None:
     """Batch-1 decode, every side on a fresh random prompt per timed run (no prefix cache hit for anyone:
     Recipe runs with prefix caching off), warm-up on another prompt. The contenders take turns prompt by prompt,
-    so that all of them see the same load."""
+    in an order rotated every round, so that all of them see the same load."""
     g = torch.Generator().manual_seed(1)
     vocab = 49152
     prompts = [random_prompt(g, args.batch1_prompt, vocab) for _ in range(args.repeats + 1)]
@@ -171,25 +173,34 @@ def bench_batch1(args: argparse.Namespace, hf: Any, cpp: Any) -> None:
     for fn, _ in contenders.values():
         fn(prompts[0])  # warm-up
     per_token: dict[str, list[float]] = {name: [] for name in contenders}
-    for p in prompts[1:]:
-        for name, (fn, _) in contenders.items():
-            per_token[name].append(fn(p)[1])
+    bandwidth = ReadBandwidth()
+    bws = []  # read bandwidth beside each round: the roofline fraction is taken per round, then the median
+    names = list(contenders)
+    for i, p in enumerate(prompts[1:]):
+        # the order rotates every round, so that each contender follows each other one as often (a contender
+        # runs measurably slower after transformers' compute-bound turn than after a memory-bound one)
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            gc.collect()  # each contender starts from a collected heap, not the previous one's garbage
+            per_token[name].append(contenders[name][0](p)[1])
+        bws.append(bandwidth.measure(3))
+    del bandwidth
     for llm in llms:
         llm.shutdown()
-    rows = [(name, 1 / statistics.median(per_token[name]), statistics.median(per_token[name]), nbytes)
+    rows = [(name, 1 / statistics.median(per_token[name]), per_token[name], nbytes)
             for name, (_, nbytes) in contenders.items()]
-    bw = read_bandwidth()
     anchor = {name: tps for name, tps, _, _ in rows}
     print(f"batch1: decode tok/s, prompt {args.batch1_prompt}, {args.batch1_new} new tokens, fresh prompt per run; "
-          f"read bandwidth {bw / 1e9:.1f} GB/s (reduction over 1 GiB, the better of 4 KiB and huge pages)")
-    for name, tps, _per_token, nbytes in rows:
+          f"read bandwidth {statistics.median(bws) / 1e9:.1f} GB/s median, {min(bws) / 1e9:.1f}-{max(bws) / 1e9:.1f} "
+          "over the rounds (reduction over 1 GiB after each round, the better of 4 KiB and huge pages)")
+    for name, tps, times, nbytes in rows:
         line = f"  {name:44s} {tps:8.1f} tok/s"
         for ref in ("llama.cpp (Q4_1 GGUF)", f"transformers {args.dtype}"):
             if ref in anchor and name.startswith("recipe"):
                 line += f"   {tps / anchor[ref]:.2f}x {ref.split()[0]}"
         if nbytes:
-            roof = bw / nbytes
-            line += f"   {nbytes / 1e6:.0f} MB/step, roofline {roof:.0f} steps/s, {tps / roof:.0%} of it"
+            fractions = [nbytes / (t * bw) for t, bw in zip(times, bws, strict=True)]
+            line += (f"   {nbytes / 1e6:.0f} MB/step, roofline {statistics.median(bws) / nbytes:.0f} steps/s, "
+                     f"{statistics.median(fractions):.0%} of it (rounds {min(fractions):.0%}-{max(fractions):.0%})")
         print(line)
     if cpp is not None and cpp.install_seconds is not None:
         print(f"  (llama-cpp-python {LLAMA_CPP_VERSION} built and installed in {cpp.install_seconds:.0f} s)")

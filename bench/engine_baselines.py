@@ -21,26 +21,34 @@ import torch
 LLAMA_CPP_VERSION = "0.3.36"
 
 
-def read_bandwidth(repeats: int = 5) -> float:
+class ReadBandwidth:
     """Bytes read per second by `sum` over a 1 GiB fp32 tensor: the better of the tensor where torch allocates it
-    and in transparent huge pages (where the engine keeps its weights by default), median of `repeats` each."""
-    from recipe.engine.huge_pages import move_weights_to_huge_pages
+    and in transparent huge pages (where the engine keeps its weights by default). The two tensors are made
+    once, so that the rate can be taken beside every timed round (this machine's rate drifts between ~40 and
+    ~75 GB/s over minutes)."""
 
-    holder = torch.nn.Module()
-    holder.register_buffer("t", torch.ones(1 << 28))
-    rates = []
-    for huge in (False, True):
-        if huge and not move_weights_to_huge_pages(holder):
-            break
-        t = holder.t
-        t.sum()
-        times = []
-        for _ in range(repeats):
-            s = time.perf_counter()
+    def __init__(self) -> None:
+        from recipe.engine.huge_pages import move_weights_to_huge_pages
+
+        self.plain = torch.ones(1 << 28)
+        holder = torch.nn.Module()
+        holder.register_buffer("t", torch.ones(1 << 28))
+        self.huge = holder.t if move_weights_to_huge_pages(holder) else None
+        holder.t = torch.empty(0)
+
+    def measure(self, repeats: int = 5) -> float:
+        rates = []
+        for t in (self.plain, self.huge):
+            if t is None:
+                continue
             t.sum()
-            times.append(time.perf_counter() - s)
-        rates.append(t.numel() * 4 / statistics.median(times))
-    return max(rates)
+            times = []
+            for _ in range(repeats):
+                s = time.perf_counter()
+                t.sum()
+                times.append(time.perf_counter() - s)
+            rates.append(t.numel() * 4 / statistics.median(times))
+        return max(rates)
 
 
 def ensure_llama_cpp() -> tuple[Any, float | None]:
