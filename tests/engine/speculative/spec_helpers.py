@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import random
+import tempfile
+from functools import cache
+from pathlib import Path
 
 from recipe.engine import LLM
 from recipe.engine.sequence import Sequence
@@ -14,6 +18,16 @@ def make_llm(model: TinyPagedLM, **config: object) -> LLM:
     config = {"dtype": "float64", "num_kv_blocks": 256, "block_size": 4, "max_num_batched_tokens": 48,
               "num_threads": 1, **config}
     return LLM((model, TinyInfo()), **config)
+
+
+@cache
+def flat_cost_model() -> str:
+    """A step-cost file (`speculative_cost_model`) in which verifying more positions costs nothing: "auto" then
+    drafts wherever its drafter is confident, whatever the machine's load (a profiled cost under heavy load can
+    make it draft nothing, and a test that needs drafts would then prove nothing)."""
+    path = Path(tempfile.mkdtemp(prefix="recipe-cost-")) / "flat_cost.json"
+    path.write_text(json.dumps({"intercept": 0.01, "per_seq": 0.0, "per_token": 0.0}))
+    return str(path)
 
 
 class OracleDrafter:

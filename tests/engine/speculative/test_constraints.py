@@ -16,7 +16,7 @@ from recipe.engine.sequence import Sequence
 from recipe.engine.speculative import Draft
 from recipe.engine.speculative.constrained_drafts import admissible_prefix
 from recipe.engine.speculative.verification import verify
-from spec_helpers import make_llm, use_drafter
+from spec_helpers import flat_cost_model, make_llm, use_drafter
 from tiny_paged_model import EOS, VOCAB, TinyPagedLM, make_prompts
 
 MODEL = TinyPagedLM(seed=31)
@@ -122,7 +122,7 @@ def run_constrained(seed: int, temperature: float, corrupt: float, refuse_sevens
 
     off_c, on_c = Parity(length, refuse_sevens), Parity(length, refuse_sevens)
     expected = make_llm(MODEL).generate(prompts, params(off_c))
-    llm = make_llm(MODEL, speculative="ngram", num_speculative_tokens=k)
+    llm = make_llm(MODEL, speculative="ngram", num_speculative_tokens=k, speculative_cost_model=flat_cost_model())
     use_drafter(llm, ConstrainedOracle(MODEL, length, corrupt, seed))
     got = llm.generate(prompts, params(on_c))
     assert [o.new_token_ids for o in got] == [o.new_token_ids for o in expected]
