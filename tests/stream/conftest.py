@@ -71,19 +71,8 @@ def recipe_request(api: str, body: dict[str, Any]) -> ConversationRequest:
 
 
 def to_update(u: dict[str, Any]) -> Any:
-    from recipe.stream import Finish, Ready, TextUpdate, TokenLogprob, TokenUpdate
-
-    kind = u["kind"]
-    if kind == "ready":
-        return Ready(prompt_tokens=u["prompt_tokens"], cached_tokens=u["cached"])
-    if kind == "text":
-        return TextUpdate(u["text"], u["token_count"])
-    if kind == "tokens":
-        lps = None
-        if "logprobs" in u:
-            lps = [TokenLogprob(lp, [(int(t), float(v)) for t, v in top]) for lp, top in u["logprobs"]]
-        return TokenUpdate(u["ids"], lps)
-    return Finish(u["reason"])
+    """`stream_differential.to_update` (one definition for the suite, the runner and the bench)."""
+    return load_differential().to_update(u)
 
 
 def run_ours(case: dict[str, Any], tokenizer: Any) -> tuple[StreamProcessor, list[Event]]:
@@ -139,6 +128,10 @@ def harness() -> SimpleNamespace:
 
 @pytest.fixture(scope="session")
 def differential() -> Any:
+    return load_differential()
+
+
+def load_differential() -> Any:
     """tests/stream/stream_differential.py (loaded by path: the suite runs with --import-mode=importlib)."""
     import importlib.util
     import sys

@@ -335,21 +335,29 @@ def run_reference(case: dict[str, Any], upds: list[dict[str, Any]], ref_tokenize
     return {"events": events, "response": json.loads(acc.to_json()), "done": resp_cls.sse_done_data() is not None}
 
 
+def to_update(u: dict[str, Any]) -> Any:
+    """The backend update a case's update record stands for."""
+    from recipe.stream import Finish, Ready, TextUpdate, TokenLogprob, TokenUpdate
+
+    kind = u["kind"]
+    if kind == "ready":
+        return Ready(prompt_tokens=u["prompt_tokens"], cached_tokens=u["cached"])
+    if kind == "text":
+        return TextUpdate(u["text"], u["token_count"])
+    if kind == "tokens":
+        lps = None
+        if "logprobs" in u:
+            lps = [TokenLogprob(lp, [(int(t), float(v)) for t, v in top]) for lp, top in u["logprobs"]]
+        return TokenUpdate(u["ids"], lps)
+    return Finish(u["reason"])
+
+
 def run_ours(case: dict[str, Any], upds: list[dict[str, Any]], tokenizer: Any) -> dict[str, Any]:
     """Recipe's chain: `recipe.codec.convert` → `StreamProcessor`."""
     from recipe.codec import convert
     from recipe.conversation import ModelVersion
     from recipe.errors import RequestError
-    from recipe.stream import (
-        Finish,
-        Ready,
-        StreamInputError,
-        StreamProcessor,
-        TextUpdate,
-        TokenLogprob,
-        TokenUpdate,
-        responses_echo,
-    )
+    from recipe.stream import StreamInputError, StreamProcessor, responses_echo
 
     api = case["api"]
     try:
@@ -363,19 +371,7 @@ def run_ours(case: dict[str, Any], upds: list[dict[str, Any]], tokenizer: Any) -
     events: list[Any] = []
     try:
         for u in upds:
-            kind = u["kind"]
-            if kind == "ready":
-                upd: Any = Ready(prompt_tokens=u["prompt_tokens"], cached_tokens=u["cached"])
-            elif kind == "text":
-                upd = TextUpdate(u["text"], u["token_count"])
-            elif kind == "tokens":
-                lps = None
-                if "logprobs" in u:
-                    lps = [TokenLogprob(lp, [(int(t), float(v)) for t, v in top]) for lp, top in u["logprobs"]]
-                upd = TokenUpdate(u["ids"], lps)
-            else:
-                upd = Finish(u["reason"])
-            events += proc.feed(upd)
+            events += proc.feed(to_update(u))
             if proc.finished:
                 break
         events += proc.finish()

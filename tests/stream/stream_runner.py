@@ -23,19 +23,12 @@ def _frame(raw: bytes) -> str:
 
 
 def run_case(case: dict[str, Any], upds: list[dict[str, Any]], tokenizer: Any) -> dict[str, Any]:
+    from stream_differential import to_update  # this script's folder is on sys.path
+
     from recipe.codec import convert
     from recipe.conversation import ModelVersion
     from recipe.errors import RequestError
-    from recipe.stream import (
-        Finish,
-        Ready,
-        StreamInputError,
-        StreamProcessor,
-        TextUpdate,
-        TokenLogprob,
-        TokenUpdate,
-        responses_echo,
-    )
+    from recipe.stream import StreamInputError, StreamProcessor, responses_echo
 
     api = case["api"]
     try:
@@ -50,19 +43,7 @@ def run_case(case: dict[str, Any], upds: list[dict[str, Any]], tokenizer: Any) -
     error = None
     try:
         for u in upds:
-            kind = u["kind"]
-            if kind == "ready":
-                upd: Any = Ready(prompt_tokens=u["prompt_tokens"], cached_tokens=u["cached"])
-            elif kind == "text":
-                upd = TextUpdate(u["text"], u["token_count"])
-            elif kind == "tokens":
-                lps = None
-                if "logprobs" in u:
-                    lps = [TokenLogprob(lp, [(int(t), float(v)) for t, v in top]) for lp, top in u["logprobs"]]
-                upd = TokenUpdate(u["ids"], lps)
-            else:
-                upd = Finish(u["reason"])
-            frames += [_frame(e.sse()) for e in proc.feed(upd)]
+            frames += [_frame(e.sse()) for e in proc.feed(to_update(u))]
             if proc.finished:
                 break
         frames += [_frame(e.sse()) for e in proc.finish()]
