@@ -121,9 +121,8 @@ class LlamaForCausalLM(DecoderLM):
         return self._fused if isinstance(self._fused, FusedLlamaDecoder) else None
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        ctx = get_context()
-        fused = self._fused_decoder() if ctx.is_decode_only else None
-        if fused is not None:
+        fused = self._fused_decoder()
+        if fused is not None and (ctx := get_context()).is_decode_only:
             x = self.embed_tokens(input_ids)
             cos, sin = self.rotary.cos_sin(positions, x.dtype)
             return fused(x, cos, sin, ctx)
