@@ -1,4 +1,5 @@
-"""Shared fixtures: the DeepSeek V4 tokenizer, the vendored JSON-Schema-Test-Suite, a GPT-2-style tokenizer."""
+"""Shared fixtures: the DeepSeek V4 tokenizer, the vendored JSON-Schema-Test-Suite, a GPT-2-style tokenizer, and
+the batched-versus-single mask walk of the reuse tests."""
 
 from __future__ import annotations
 
@@ -56,3 +57,27 @@ def small_tok() -> Tokenizer:
 
 def dumps(v: Any) -> str:
     return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+
+def _batched_masks_equal(on: list[Any], off: list[Any], id_lists: list[list[int]], words: int) -> None:
+    """Walk every document's ids: the batched fill of the `on` matchers equals each `off` matcher's own fill at
+    every step (both accept each id)."""
+    import numpy as np
+
+    from recipe.constraints.batch import fill_bitmasks
+
+    out = np.zeros((len(on), words), np.int32)
+    ref = np.zeros(words, np.int32)
+    for step in range(max(map(len, id_lists))):
+        fill_bitmasks(on, out)
+        for i, ids in enumerate(id_lists):
+            off[i].fill_bitmask(ref)
+            assert np.array_equal(out[i], ref), (i, step)
+            if step < len(ids):
+                assert on[i].accept(ids[step]) and off[i].accept(ids[step])
+
+
+@pytest.fixture(scope="session")
+def batched_masks_equal() -> Any:
+    """`_batched_masks_equal(on, off, id_lists, words)`."""
+    return _batched_masks_equal

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from recipe.constraints import compile_constraint
-from recipe.constraints.batch import fill_bitmasks
 from recipe.constraints.format_dfa import Unsupported, pattern_dfa, string_dfa
 from recipe.constraints.format_masks import format_tables, quote_tokens
 from recipe.constraints.string_formats import FORMAT_REGEX
@@ -179,7 +178,7 @@ def test_composed_masks_equal_llguidance_masks_on_random_format_schemas(tok) -> 
     assert composed > 300  # the composition ran: the comparison above covered it
 
 
-def test_batched_fill_composes_the_same_masks(tok) -> None:
+def test_batched_fill_composes_the_same_masks(tok, batched_masks_equal) -> None:
     schema = {"type": "object", "properties": {"u": {"type": "string", "format": "uri"},
                                                "e": {"type": "string", "format": "email"},
                                                "d": {"type": "array", "items": {"type": "string", "format": "date"}}}}
@@ -189,17 +188,8 @@ def test_batched_fill_composes_the_same_masks(tok) -> None:
             for _ in range(3)]
     id_lists = [tok.encode_plain(json.dumps(d)) for d in docs]
     for _ in range(2):  # the second pass finds inner masks learned by the first
-        on = [c.matcher() for _ in docs]
-        off = [c.matcher(reuse_format_masks=False) for _ in docs]
-        out = np.zeros((len(docs), c.allocate_bitmask().shape[0]), np.int32)
-        ref = c.allocate_bitmask()
-        for step in range(max(map(len, id_lists))):
-            fill_bitmasks(on, out)
-            for i, ids in enumerate(id_lists):
-                off[i].fill_bitmask(ref)
-                assert np.array_equal(out[i], ref), (i, step)
-                if step < len(ids):
-                    assert on[i].accept(ids[step]) and off[i].accept(ids[step])
+        batched_masks_equal([c.matcher() for _ in docs], [c.matcher(reuse_format_masks=False) for _ in docs],
+                            id_lists, c.allocate_bitmask().shape[0])
 
 
 def _dfa_inner(dfa: Any, q: int, vocab: Any) -> np.ndarray:

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from recipe.constraints import compile_constraint
-from recipe.constraints.batch import fill_bitmasks
 from recipe.constraints.string_masks import StringTracker
 
 ALPHABET = ["a", "b", "Z", " ", "  ", ".", ",", ":", "{", "}", "[", "]", '"', "\\", "\n", "\t", "/", "é", "数据", "😀",
@@ -144,24 +143,15 @@ def test_any_value_schema_and_long_free_text(tok) -> None:
     assert marked > len(ids) // 2
 
 
-def test_batched_fill_keeps_reuse_exact(tok) -> None:
+def test_batched_fill_keeps_reuse_exact(tok, batched_masks_equal) -> None:
     schema = {"type": "object", "properties": {"title": {"type": "string"}, "body": {"type": "string"},
                                                "when": {"type": "string", "format": "date"}}}
     c = _tracked(compile_constraint("json_schema", schema, tok, strict=False, timeout_s=300))
     docs = [{"title": "A long title with words", "body": "line one\nline \"two\" 数据 " * 6, "when": "2025-01-02"},
             {"title": "x", "body": "é" * 40, "when": "2024-12-31"}]
     id_lists = [tok.encode_plain(json.dumps(d, separators=(",", ":"), ensure_ascii=False)) for d in docs]
-    on = [c.matcher() for _ in docs]
-    off = [c.matcher(reuse_string_masks=False) for _ in docs]
-    out = np.zeros((2, c.allocate_bitmask().shape[0]), np.int32)
-    ref = c.allocate_bitmask()
-    for step in range(max(map(len, id_lists))):
-        fill_bitmasks(on, out)
-        for i, ids in enumerate(id_lists):
-            off[i].fill_bitmask(ref)
-            assert np.array_equal(out[i], ref), (i, step)
-            if step < len(ids):
-                assert on[i].accept(ids[step]) and off[i].accept(ids[step])
+    batched_masks_equal([c.matcher() for _ in docs], [c.matcher(reuse_string_masks=False) for _ in docs], id_lists,
+                        c.allocate_bitmask().shape[0])
 
 
 def test_tracker_marks_only_free_strings(tok) -> None:
