@@ -21,13 +21,19 @@ def make_llm(model: TinyPagedLM, **config: object) -> LLM:
 
 
 @cache
-def flat_cost_model() -> str:
-    """A step-cost file (`speculative_cost_model`) in which verifying more positions costs nothing: "auto" then
-    drafts wherever its drafter is confident, whatever the machine's load (a profiled cost under heavy load can
-    make it draft nothing, and a test that needs drafts would then prove nothing)."""
-    path = Path(tempfile.mkdtemp(prefix="recipe-cost-")) / "flat_cost.json"
-    path.write_text(json.dumps({"intercept": 0.01, "per_seq": 0.0, "per_token": 0.0}))
+def fixed_cost_model(token_share: float = 0.0) -> str:
+    """A step-cost file (`speculative_cost_model`): a step costs 1 s plus `token_share` s per token, so each verified
+    position costs that share of a step, whatever the machine's load (a profile taken under heavy load can make
+    "auto" draft nothing, or never pause, and a test that needs either would then prove nothing). 1 s dwarfs any
+    drafter's time, so only the share and the drafter's confidences decide."""
+    path = Path(tempfile.mkdtemp(prefix="recipe-cost-")) / f"cost_{token_share}.json"
+    path.write_text(json.dumps({"intercept": 1.0, "per_seq": 0.0, "per_token": token_share}))
     return str(path)
+
+
+def flat_cost_model() -> str:
+    """`fixed_cost_model(0.0)`: verifying more positions costs nothing, so "auto" drafts wherever it is confident."""
+    return fixed_cost_model(0.0)
 
 
 class OracleDrafter:

@@ -23,8 +23,10 @@ def test_draft_head_greedy_output_equals_no_speculation_and_sees_the_right_hidde
     prompts = repetitive_prompts(5, 41)
     params = SamplingParams(temperature=0.0, max_tokens=24, logprobs=1)
     expected = make_llm(MODEL).generate(prompts, params)
+    # every step synchronous: the check below reads the hidden state behind each sequence's last token after
+    # every step (steps left in flight by `speculative_async`, tested in test_async_speculation, have none yet)
     llm = make_llm(MODEL, speculative="ngram", num_speculative_tokens=k, num_kv_blocks=40,
-                   max_num_batched_tokens=16)
+                   max_num_batched_tokens=16, speculative_async=False)
     torch.manual_seed(0)
     drafter = DraftHeadDrafter(MODEL, DraftHead(32, 64).double(), BinCalibration(16))
     use_drafter(llm, drafter)
