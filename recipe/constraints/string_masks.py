@@ -27,6 +27,7 @@ follows the text through the regex's DFA and sets `format_key` where `format_mas
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -110,14 +111,22 @@ def _string_regex(node: Any) -> ByteDfa | None:
     if not isinstance(node, dict) or node.get("type") != "string":
         return None
     fmt, pattern = node.get("format"), node.get("pattern")
+    if node.keys() <= _ANNOTATIONS | {"type", "format"} and isinstance(fmt, str) and fmt in FORMAT_REGEX:
+        return _regex_dfa(FORMAT_REGEX[fmt], False)
+    if node.keys() <= _ANNOTATIONS | {"type", "pattern"} and isinstance(pattern, str):
+        return _regex_dfa(pattern, True)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _regex_dfa(regex: str, is_pattern: bool) -> ByteDfa | None:
+    """`pattern_dfa(regex)` or `string_dfa(regex)`, None where it raises `Unsupported`. The refusal is kept
+    too: the tracker asks at every string it opens, and an unreadable pattern would be parsed (and perhaps
+    its DFA built up to the state bound) again each time."""
     try:
-        if node.keys() <= _ANNOTATIONS | {"type", "format"} and isinstance(fmt, str) and fmt in FORMAT_REGEX:
-            return string_dfa(FORMAT_REGEX[fmt])
-        if node.keys() <= _ANNOTATIONS | {"type", "pattern"} and isinstance(pattern, str):
-            return pattern_dfa(pattern)
+        return pattern_dfa(regex) if is_pattern else string_dfa(regex)
     except Unsupported:
         return None
-    return None
 
 
 def _property(node: Any, key: str | None) -> Any:
