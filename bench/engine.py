@@ -111,7 +111,7 @@ def step_bytes(model: Any) -> int:
     if getattr(model, "logits_head", None) is not None:
         add(model.logits_head.buffers())
     else:
-        add([model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight])
+        add([model.head_weight])
     return total
 
 

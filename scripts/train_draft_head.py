@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from recipe.engine import LLM, SamplingParams
 from recipe.engine.speculative.calibration import BinCalibration
-from recipe.engine.speculative.draft_head import DraftHead, frequency_vocab, weights_path
+from recipe.engine.speculative.draft_head import DraftHead, frequency_vocab, lm_weight, weights_path
 from recipe.engine.speculative.head_evaluation import chained_acceptance, drafted_positions, hidden_states
 from torch.nn import functional as F
 
@@ -114,7 +114,7 @@ def main() -> None:
               f"{sum(t in kept for t in held_answers) / max(len(held_answers), 1):.3f}")
     head = DraftHead(h_in_t.shape[1], args.inner, vocab)
     opt = torch.optim.AdamW(head.parameters(), lr=1e-3, weight_decay=0.0)
-    lm_head = (model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight).detach().float()
+    lm_head = lm_weight(model).float()
     deadline, step, epoch = time.perf_counter() + 60 * args.minutes, 0, 0
     while time.perf_counter() < deadline:
         order = torch.randperm(len(labels_t))

@@ -105,7 +105,7 @@ class FusedLlamaDecoder:
         block_size = layers[0].self_attn.attn.k_cache.shape[1]
         desc = _Model(len(descs), c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
                       block_size, c.rms_norm_eps, c.head_dim**-0.5, array, model.norm.weight.data_ptr())
-        weight = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
+        weight = model.head_weight
         head = None
         if model.logits_head is None and _fp32(weight):
             head = _Linear(0, weight.shape[0], weight.shape[1], weight.data_ptr(), None, None, None)

@@ -92,12 +92,16 @@ class DecoderLM(nn.Module):
             x = layer(x, batch)
         return x
 
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """The LM head's [V, H] weight: `lm_head`'s, or the embedding table where the two are tied."""
+        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [M, H] -> fp32 logits [M, V]."""
         if self.logits_head is not None:
             return self.logits_head(hidden).float()
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return (few_rows_linear if self.few_rows_logits else F.linear)(hidden, weight).float()
+        return (few_rows_linear if self.few_rows_logits else F.linear)(hidden, self.head_weight).float()
 
     def quantize_weights(self, weight_format: str) -> int:
         """Swap the decoder layers' linears for weight-only quantised ones and give the LM head a quantised
@@ -107,7 +111,7 @@ class DecoderLM(nn.Module):
         if weight_format == "dtype":
             return 0
         swapped = quantize_linears(self.layers, weight_format)
-        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        head = self.head_weight
         if weight_format in ("int8", "int4"):
             self.logits_head = quantized_linear("int8", head)
         elif head.shape[1] % GROUP == 0:
