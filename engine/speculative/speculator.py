@@ -11,6 +11,7 @@ Draft tokens never enter `token_ids` unless accepted, so the prefix cache never 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from recipe.engine.sequence import Sequence, SequenceStatus
@@ -65,6 +66,12 @@ class Speculator:
         """Running and past its prompt: it decodes next, whether or not its last token is known yet."""
         return seq.status == SequenceStatus.RUNNING and seq.num_computed_tokens >= len(seq) - 1
 
+    def _base_tokens(self, running: list[Sequence], decodes: Callable[[Sequence], bool]) -> int:
+        """The tokens the step scores before any draft: one per sequence that `decodes`, and the others'
+        uncomputed tokens up to the step's budget."""
+        others = sum(len(s) - s.num_computed_tokens for s in running if not decodes(s))
+        return sum(1 for s in running if decodes(s)) + min(others, self.max_num_batched_tokens)
+
     def may_draft(self, running: list[Sequence]) -> bool:
         """Whether the next step may draft at all; call once per engine step, before `draft`.
 
@@ -79,9 +86,7 @@ class Speculator:
         if self.fixed is not None:
             return True
         assert self.cost is not None
-        n = len(running)
-        others = sum(len(s) - s.num_computed_tokens for s in running if not self.in_decode(s))
-        base = len(decoding) + min(others, self.max_num_batched_tokens)
+        n, base = len(running), self._base_tokens(running, self.in_decode)
         # a token whose survival is below its marginal cost over the step's is never chosen: not drafted
         step = self.cost.predict(n, base)
         self._min_survival = (self.cost.predict(n, base + 1) - step + self.draft_cost) / step
@@ -109,9 +114,7 @@ class Speculator:
             return
         room = [min(self.max_draft, s.params.max_tokens - s.num_output_tokens - 1,
                     self.max_model_len - len(s) - 1) for s in seqs]
-        n = len(running)
-        others = sum(len(s) - s.num_computed_tokens for s in running if not self.decoding(s))
-        base = len(seqs) + min(others, self.max_num_batched_tokens)
+        n, base = len(running), self._base_tokens(running, self.decoding)
         min_survival = self._min_survival if self.fixed is None else 0.0
         if hasattr(self.drafter, "min_survival"):
             self.drafter.min_survival = min_survival
