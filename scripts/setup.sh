@@ -15,7 +15,13 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # C compiler the engine keeps its pure-torch paths.
 .venv/bin/python -m recipe.engine.kernels.native
 # The stream hot path (recipe.stream's per-token modules) compiled with mypyc into ~/.cache/recipe/stream; without
-# a C compiler (or mypy, which ships mypyc) the pure-Python modules serve, with the same bytes.
+# a C compiler (or mypy, which ships mypyc) the pure-Python modules serve, with the same bytes. mypyc's C needs
+# Python's headers, which Debian's python3 leaves to python3-dev.
+py_include=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+if [ ! -f "$py_include/Python.h" ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-dev >/dev/null) \
+    || echo "setup: python3-dev not installed; the stream modules stay pure Python (same bytes, slower)" >&2
+fi
 .venv/bin/python -m recipe.compiled_stream
 # Browser tests: chromium, and a CJK-capable font so screenshots show the DeepSeek markers' full-width
 # bar (U+FF5C) and lower block (U+2581) instead of empty boxes.
