@@ -128,6 +128,40 @@ static inline __attribute__((always_inline)) void rows_dot(
 #endif
 }
 
+#ifdef __AVX2__
+/* y[m, r] for MT activation rows m (xq, dx, xs of row m at m * K, m * nb, m * nb) against 4 weight rows r, outputs
+ * ystride apart: `rows_dot(4, ...)` for each m with every weight block unpacked once for the MT rows instead of
+ * once per row. Each output is the same accumulator over the blocks in order, with the same operations, so the
+ * values are bit for bit those of `rows_dot`. */
+#define MT 4
+static inline __attribute__((always_inline)) void rows_dot_tile(
+        const int8_t *w8, const uint8_t *w4, int64_t wrow, const float *dw, const float *mn, const int8_t *xq,
+        int64_t K, const float *dx, const int32_t *xs, int64_t nb, float *y, int64_t ystride) {
+    __m256 acc[MT][4];
+    float off[MT][4];
+    for (int m = 0; m < MT; m++)
+        for (int r = 0; r < 4; r++) { acc[m][r] = _mm256_setzero_ps(); off[m][r] = 0.0f; }
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i w[4];
+        for (int r = 0; r < 4; r++)
+            w[r] = w8 != NULL ? _mm256_loadu_si256((const __m256i *)(w8 + r * wrow + b * QK))
+                              : unpack_q4(w4 + r * wrow + b * (QK / 2));
+        for (int m = 0; m < MT; m++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + m * K + b * QK));
+            const float sx = dx[m * nb + b];
+            for (int r = 0; r < 4; r++) {
+                const __m256i p = w8 != NULL ? dot_u8s8(_mm256_sign_epi8(w[r], w[r]), _mm256_sign_epi8(x, w[r]))
+                                             : dot_u8s8(w[r], x);
+                acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[r * nb + b] * sx), acc[m][r]);
+                if (mn != NULL) off[m][r] += mn[r * nb + b] * sx * (float)xs[m * nb + b];
+            }
+        }
+    }
+    for (int m = 0; m < MT; m++)
+        for (int r = 0; r < 4; r++) y[m * ystride + r] = hsum(acc[m][r]) + off[m][r];
+}
+#endif
+
 /* Outputs y[m, n .. n + 3] (fewer at the end of N) of every activation row m < M against weight rows n..n+3:
  * the block-quantised product of one group of 4 weight rows (shared by `quant_matmul` and the fused decoder). */
 void quant_group(int64_t n, int64_t M, int64_t K, int64_t N, const int8_t *w8, const uint8_t *w4,
@@ -150,7 +184,18 @@ void quant_group(int64_t n, int64_t M, int64_t K, int64_t N, const int8_t *w8, c
             for (int64_t off = 0; off < 4 * nb * 4; off += 64) __builtin_prefetch(ma + off, 0, 0);
         }
     }
-    for (int64_t m = 0; m < M; m++) {
+    int64_t m = 0;
+#ifdef __AVX2__
+    /* Whole tiles of MT activation rows share each unpacked weight block (batched decode; same values). */
+    if (n + 4 <= N)
+        for (; m + MT <= M; m += MT) {
+            if (w8 != NULL) rows_dot_tile(a8, NULL, wrow, d + n * nb, NULL, xq + m * K, K, dx + m * nb, xs + m * nb,
+                                          nb, y + m * N + n, N);
+            else rows_dot_tile(NULL, a4, wrow, d + n * nb, an, xq + m * K, K, dx + m * nb, xs + m * nb, nb,
+                               y + m * N + n, N);
+        }
+#endif
+    for (; m < M; m++) {
         float out[4];
         const int8_t *xm = xq + m * K;
         if (n + 4 <= N) {
@@ -176,9 +221,13 @@ static void quant_matmul(const float *x, int64_t M, int64_t K, const int8_t *w8,
     float *dx = (float *)malloc(sizeof(float) * (size_t)(M * nb));
     int32_t *xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)(M * nb));
     if (xq != NULL && dx != NULL && xs != NULL) {
-        quantize_rows(x, M, K, xq, dx, xs);
-#pragma omp parallel for schedule(dynamic, 8) if (N * K * M >= 65536)
-        for (int64_t g = 0; g < groups; g++) quant_group(g * 4, M, K, N, w8, w4, d, mn, xq, dx, xs, y);
+#pragma omp parallel if (N * K * M >= 65536)
+        {
+#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++) quantize_rows(x + m * K, 1, K, xq + m * K, dx + m * nb, xs + m * nb);
+#pragma omp for schedule(dynamic, 8)
+            for (int64_t g = 0; g < groups; g++) quant_group(g * 4, M, K, N, w8, w4, d, mn, xq, dx, xs, y);
+        }
     }
     free(xq);
     free(dx);
@@ -192,21 +241,6 @@ void q8_0_matmul(const float *x, int64_t M, int64_t K, const int8_t *w, const fl
 void q4_1_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, const float *d, const float *mn,
                  int64_t N, float *y) {
     quant_matmul(x, M, K, NULL, w, d, mn, N, y);
-}
-
-/* The activations as the kernels see them: x rounded through Q8_0 blocks (dequantised back to fp32). */
-void q8_0_round_activations(const float *x, int64_t M, int64_t K, float *out) {
-    const int64_t nb = K / QK;
-    int8_t *xq = (int8_t *)malloc((size_t)(M * K));
-    float *dx = (float *)malloc(sizeof(float) * (size_t)(M * nb));
-    int32_t *xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)(M * nb));
-    if (xq != NULL && dx != NULL && xs != NULL) {
-        quantize_rows(x, M, K, xq, dx, xs);
-        for (int64_t i = 0; i < M * K; i++) out[i] = dx[i / QK] * (float)xq[i];
-    }
-    free(xq);
-    free(dx);
-    free(xs);
 }
 
 static inline float dot(const float *a, const float *b, int64_t n) {
@@ -275,31 +309,6 @@ void paged_decode_attention(const float *q, const float *k, const float *v, cons
                     bs, k_token_stride, k_head_stride, v_token_stride, v_head_stride, scale,
                     out + (b * H + g * group) * Dv);
     }
-}
-
-/* Dequantisation (for large batches, where one fp32 matrix product beats re-reading the activations per
- * weight row): out[N, K] fp32. */
-void q8_0_dequantize(const int8_t *w, const float *d, int64_t N, int64_t K, float *out) {
-    const int64_t nb = K / QK;
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t b = 0; b < nb; b++)
-            for (int j = 0; j < QK; j++) out[n * K + b * QK + j] = d[n * nb + b] * (float)w[n * K + b * QK + j];
-}
-
-void q4_1_dequantize(const uint8_t *w, const float *d, const float *mn, int64_t N, int64_t K, float *out) {
-    const int64_t nb = K / QK;
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *q = w + n * (K / 2) + b * (QK / 2);
-            float *o = out + n * K + b * QK;
-            const float dd = d[n * nb + b], mm = mn[n * nb + b];
-            for (int j = 0; j < QK / 2; j++) {
-                o[j] = dd * (float)(q[j] & 0x0F) + mm;
-                o[j + QK / 2] = dd * (float)(q[j] >> 4) + mm;
-            }
-        }
 }
 
 /* RMSNorm of one row: out = x * (1 / sqrt(mean(x^2) + eps)) * w. */

@@ -30,9 +30,6 @@ _I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 SIGNATURES: dict[str, list[type]] = {
     "q8_0_matmul": [_PTR, _I64, _I64, _PTR, _PTR, _I64, _PTR],
     "q4_1_matmul": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _I64, _PTR],
-    "q8_0_round_activations": [_PTR, _I64, _I64, _PTR],
-    "q8_0_dequantize": [_PTR, _PTR, _I64, _I64, _PTR],
-    "q4_1_dequantize": [_PTR, _PTR, _PTR, _I64, _I64, _PTR],
     "rms_norm": [_PTR, _PTR, _I64, _I64, _F32, _PTR],
     "paged_decode_attention": [_PTR, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _I64, _I64, _I64, _I64, _I64, _I64,
                                _I64, _I64, _I64, _F32, _PTR],
