@@ -138,9 +138,11 @@ static inline __attribute__((always_inline)) void rows_dot_tile(
         const int8_t *w8, const uint8_t *w4, int64_t wrow, const float *dw, const float *mn, const int8_t *xq,
         int64_t K, const float *dx, const int32_t *xs, int64_t nb, float *y, int64_t ystride) {
     __m256 acc[MT][4];
-    float off[MT][4];
-    for (int m = 0; m < MT; m++)
-        for (int r = 0; r < 4; r++) { acc[m][r] = _mm256_setzero_ps(); off[m][r] = 0.0f; }
+    __m128 off[4];  /* lane m: row m's minimum term (q4_1), the scalar path's sum with the same operations */
+    for (int r = 0; r < 4; r++) {
+        off[r] = _mm_setzero_ps();
+        for (int m = 0; m < MT; m++) acc[m][r] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < nb; b++) {
         __m256i w[4];
         for (int r = 0; r < 4; r++)
@@ -153,12 +155,20 @@ static inline __attribute__((always_inline)) void rows_dot_tile(
                 const __m256i p = w8 != NULL ? dot_u8s8(_mm256_sign_epi8(w[r], w[r]), _mm256_sign_epi8(x, w[r]))
                                              : dot_u8s8(w[r], x);
                 acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[r * nb + b] * sx), acc[m][r]);
-                if (mn != NULL) off[m][r] += mn[r * nb + b] * sx * (float)xs[m * nb + b];
             }
         }
+        if (mn != NULL) {
+            const __m128 sx = _mm_set_ps(dx[3 * nb + b], dx[2 * nb + b], dx[nb + b], dx[b]);
+            const __m128 sums = _mm_cvtepi32_ps(_mm_set_epi32(xs[3 * nb + b], xs[2 * nb + b], xs[nb + b], xs[b]));
+            for (int r = 0; r < 4; r++)
+                off[r] = _mm_add_ps(off[r], _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(mn[r * nb + b]), sx), sums));
+        }
     }
-    for (int m = 0; m < MT; m++)
-        for (int r = 0; r < 4; r++) y[m * ystride + r] = hsum(acc[m][r]) + off[m][r];
+    for (int r = 0; r < 4; r++) {
+        float o[4];
+        _mm_storeu_ps(o, off[r]);
+        for (int m = 0; m < MT; m++) y[m * ystride + r] = hsum(acc[m][r]) + o[m];
+    }
 }
 #endif
 
