@@ -268,6 +268,8 @@ class LLMEngine:
         for s in sched.scheduled:
             if s.seq.block_table:
                 self.block_manager.commit(s.seq)
+        if spec is not None:
+            spec.collect_verdicts()  # the drafts whose tokens this step emitted
         return outputs
 
     def _finish(self, seq: Sequence, reason: str) -> None:

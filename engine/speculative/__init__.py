@@ -51,4 +51,7 @@ def build_speculator(config: Any, *, model: Any, runner: Any, run_on_model_threa
                 runner, max_seqs=min(config.max_num_seqs, 8), max_query=max_draft + 1,
                 grid=config.speculative_cost_fit == "grid"))
     return Speculator(drafter, k, block_manager=block_manager, max_model_len=max_model_len,
-                      max_num_batched_tokens=config.max_num_batched_tokens, vocab_size=vocab_size, cost=cost)
+                      max_num_batched_tokens=config.max_num_batched_tokens, vocab_size=vocab_size, cost=cost,
+                      unverified_verdicts=config.speculative_unverified_verdicts,
+                      hit_window=config.speculative_hit_window,
+                      pause_margin=config.speculative_pause_margin)

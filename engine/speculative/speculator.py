@@ -18,8 +18,10 @@ from recipe.engine.sequence import Sequence, SequenceStatus
 from recipe.engine.speculative.constrained_drafts import admissible_prefix, can_speculate
 from recipe.engine.speculative.cost_model import StepCost
 from recipe.engine.speculative.drafter import Draft, Drafter
+from recipe.engine.speculative.hit_rate import HitRate
 from recipe.engine.speculative.length_policy import choose_lengths
 from recipe.engine.speculative.metrics import SpecMetrics
+from recipe.engine.speculative.verdicts import PendingVerdicts
 
 AUTO_MAX_DRAFT = 8  # the longest draft "auto" considers
 PROBE_EVERY = 8  # "auto" with drafting paused still drafts every PROBE_EVERY-th step, to keep measuring it
@@ -28,7 +30,8 @@ PROBE_EVERY = 8  # "auto" with drafting paused still drafts every PROBE_EVERY-th
 class Speculator:
     def __init__(self, drafter: Drafter, num_speculative_tokens: int | str, *, block_manager: Any,
                  max_model_len: int, max_num_batched_tokens: int, vocab_size: int,
-                 cost: StepCost | None = None) -> None:
+                 cost: StepCost | None = None, unverified_verdicts: bool = True, hit_window: int = 24,
+                 pause_margin: float = 0.6) -> None:
         self.drafter = drafter
         self.cost = cost
         self.use_length(num_speculative_tokens)
@@ -43,11 +46,24 @@ class Speculator:
         self.count_drafter_time = True  # False: drafter time is no cost (tests whose oracle drafters are slow)
         # "auto": running rate at which a draft's first token equals the token the target then emitted, counted
         # whether or not the draft was verified; below the first token's break-even survival, drafting pauses
-        self.first_hit_rate = 0.5
-        self._first_drafts: dict[int, tuple[int, int]] = {}  # seq_id -> (index in token_ids, drafted token)
+        self.first_hits = HitRate(hit_window)
+        # hysteresis: drafting pauses once the hit rate falls below `pause_margin` times break-even, and resumes
+        # once it is back at break-even (a paused drafter is measured on probe steps only, so a pause that noise
+        # started lasts many steps)
+        self.pause_margin = pause_margin
+        self._pausing = False
+        # every proposal until the tokens it guessed are emitted: first-token hits, and (`unverified_verdicts`)
+        # the drafter's verdicts on all its positions, verified or not; off: the drafter hears only what
+        # verification settled (the verified prefix)
+        self.verdicts = PendingVerdicts()
+        self.unverified_verdicts = unverified_verdicts
         self._auto_steps = 0
         self._paused = False  # `may_draft`'s verdict: "auto" drafts for no sequence this step
         self._min_survival = 0.0  # "auto": the break-even survival of one more draft token this step
+
+    @property
+    def first_hit_rate(self) -> float:
+        return self.first_hits.rate
 
     def use_length(self, num_speculative_tokens: int | str) -> None:
         """Switch between a fixed draft length and "auto" (the drafter's calibration is kept)."""
@@ -76,7 +92,8 @@ class Speculator:
         """Whether the next step may draft at all; call once per engine step, before `draft`.
 
         False when no running sequence decodes, or when "auto" has paused drafting (the first draft token's hit
-        rate is below its break-even survival; every PROBE_EVERY-th step still drafts): then no sequence drafts
+        rate fell below `pause_margin` times its break-even survival and has not yet come back to it; every
+        PROBE_EVERY-th step still drafts): then no sequence drafts
         whatever its tokens, so the step needs no result of the step in flight and may overlap it.
         """
         self._paused = False
@@ -91,7 +108,8 @@ class Speculator:
         step = self.cost.predict(n, base)
         self._min_survival = (self.cost.predict(n, base + 1) - step + self.draft_cost) / step
         self._auto_steps += 1
-        self._paused = self.first_hit_rate < self._min_survival and bool(self._auto_steps % PROBE_EVERY)
+        self._pausing = self.first_hit_rate < self._min_survival * (1.0 if self._pausing else self.pause_margin)
+        self._paused = self._pausing and bool(self._auto_steps % PROBE_EVERY)
         return not self._paused
 
     def draft(self, running: list[Sequence], may_draft: bool = True) -> None:
@@ -103,7 +121,6 @@ class Speculator:
         self._drafts = {}
         for seq in running:
             seq.draft_ids = []
-        self._score_first_drafts(running)
         if self._paused:
             paused = sum(1 for s in running if self.in_decode(s))
             self.metrics.zero_length += paused
@@ -139,8 +156,7 @@ class Speculator:
             lengths = choose_lengths([d.confidences for d in drafts], lambda t: cost.predict(n, t), base,
                                      self.max_num_batched_tokens - base)
         for seq, d, k in zip(seqs, drafts, lengths, strict=True):
-            if d.token_ids:
-                self._first_drafts[seq.seq_id] = (len(seq.token_ids), d.token_ids[0])
+            self.verdicts.add(seq, d)
             self.metrics.length_histogram[k] = self.metrics.length_histogram.get(k, 0) + 1
             if k == 0:
                 self.metrics.zero_length += 1
@@ -149,15 +165,15 @@ class Speculator:
             self._drafts[seq.seq_id] = d.cut(k)
         self.metrics.drafter_s += time.perf_counter() - start
 
-    def _score_first_drafts(self, running: list[Sequence]) -> None:
-        """Fold last step's first draft tokens, verified or not, into `first_hit_rate`."""
-        pending, self._first_drafts = self._first_drafts, {}
-        for seq in running:
-            index, token = pending.get(seq.seq_id, (-1, -1))
-            if 0 <= index < len(seq.token_ids):
-                self.first_hit_rate += 0.2 * (float(seq.token_ids[index] == token) - self.first_hit_rate)
-            elif index >= 0 and seq.num_pending:  # the step that emits it is still in flight: score it later
-                self._first_drafts[seq.seq_id] = (index, token)
+    def collect_verdicts(self) -> None:
+        """After a step's tokens are emitted: fold the first draft tokens now known, verified or not, into
+        `first_hit_rate`; with `unverified_verdicts`, give the drafter the verdicts of the proposals now settled."""
+        hits, verdicts = self.verdicts.collect()
+        for hit in hits:
+            self.first_hits.add(hit)
+        if self.unverified_verdicts:
+            for v in verdicts:
+                self.drafter.observe(v.draft, v.num_accepted)
 
     def settle(self, seq: Sequence, start: int, num_drafted: int, num_accepted: int) -> None:
         """After a verify step of `num_drafted` drafts: keep the KV of the accepted ones, free the rest."""
@@ -167,7 +183,7 @@ class Speculator:
         m.draft_tokens += num_drafted
         m.accepted_tokens += num_accepted
         draft = self._drafts.pop(seq.seq_id, None)
-        if draft is not None:
+        if draft is not None and not self.unverified_verdicts:
             self.drafter.observe(draft.cut(num_drafted), num_accepted)
         if seq.status != SequenceStatus.RUNNING or seq.num_computed_tokens == 0:
             return  # finished or preempted meanwhile: its blocks are gone already

@@ -114,7 +114,9 @@ def test_auto_overlaps_the_steps_it_does_not_draft_and_still_verifies_drafts() -
     config = {"max_num_batched_tokens": 64}
     # each verified position costs 30% of a step: auto drafts in the good phases (hit rate ~1) and pauses in the
     # hopeless ones (~0) whatever the load (a start-up profile under load once made it never pause)
-    spec = {"speculative": "ngram", "num_speculative_tokens": "auto", "speculative_cost_model": fixed_cost_model(0.3)}
+    # a short hit window and no hysteresis: the pause follows the phases of 12 proposals closely
+    spec = {"speculative": "ngram", "num_speculative_tokens": "auto", "speculative_cost_model": fixed_cost_model(0.3),
+            "speculative_hit_window": 5, "speculative_pause_margin": 1.0}
 
     def drafter() -> PhasedDrafter:
         return PhasedDrafter(OracleDrafter(MODEL, 0.0, 7), OracleDrafter(MODEL, 1.0, 7), 3, 12)

@@ -81,9 +81,10 @@ def test_auto_pauses_a_drafter_whose_first_tokens_miss() -> None:
     got = llm.generate(prompt, params)
     assert got[0].new_token_ids == expected[0].new_token_ids
     spec = llm.engine.speculator
-    assert spec.first_hit_rate < 0.05
+    assert spec.first_hit_rate < 0.1
     assert spec.metrics.draft_tokens > 0 and spec.metrics.accepted_tokens == 0
-    assert drafter.calls <= 8 + llm.engine.steps // PROBE_EVERY  # paused after 5 misses (0.5 * 0.8^5 < 0.2)
+    # paused after 7 misses (1/9 < 0.12: the pause margin 0.6 of break-even 0.2)
+    assert drafter.calls <= 8 + llm.engine.steps // PROBE_EVERY
 
 
 def test_grid_cost_interpolates_the_measured_steps(tmp_path) -> None:  # type: ignore[no-untyped-def]
