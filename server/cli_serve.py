@@ -121,6 +121,15 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--speculative-async", action=argparse.BooleanOptionalAction, default=None,
                    help="with --async-scheduling, steps that verify no draft overlap the next one (default on; "
                         "off: every speculative step waits for its predecessor; EngineConfig.speculative_async)")
+    g.add_argument("--speculative-unverified-verdicts", action=argparse.BooleanOptionalAction, default=None,
+                   help="the drafter calibrates on every proposal's verdict, read off the emitted tokens, also at "
+                        "positions auto did not verify (default on; EngineConfig.speculative_unverified_verdicts)")
+    g.add_argument("--speculative-hit-window", type=positive_int, default=None, metavar="N",
+                   help="auto pauses drafting on the first draft tokens' hit rate over about N drafts (default 24; "
+                        "EngineConfig.speculative_hit_window)")
+    g.add_argument("--speculative-pause-margin", type=float, default=None, metavar="F",
+                   help="auto pauses below F times break-even and resumes at break-even (default 0.6; 1: no "
+                        "hysteresis; EngineConfig.speculative_pause_margin)")
     g.add_argument("--weight-format", default=None, choices=("dtype", "int8", "int4", "q8_0", "q4_1"),
                    help="weights: dtype (default), int8/int4 (torch kernels), q8_0/q4_1 (native CPU kernels)")
     g.add_argument("--step-threads", default="auto", choices=("auto", "off"),
@@ -140,6 +149,16 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--decode-backend", default=None, choices=("layers", "fused"),
                    help="decode-only steps of Llama models: per-layer modules, or all layers in one native call "
                         "(EngineConfig.decode_backend)")
+
+
+def positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {n}")
+    return n
 
 
 def speculative_tokens(value: str) -> int | str:
@@ -162,7 +181,8 @@ ENGINE_OPTIONS = {
     "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
     "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",
     "speculative_cost_fit": "speculative_cost_fit", "speculative_draft_vocab": "speculative_draft_vocab",
-    "speculative_async": "speculative_async",
+    "speculative_async": "speculative_async", "speculative_unverified_verdicts": "speculative_unverified_verdicts",
+    "speculative_hit_window": "speculative_hit_window", "speculative_pause_margin": "speculative_pause_margin",
     "weight_format": "weight_format", "attention_backend": "attention_backend", "norm_backend": "norm_backend",
     "decode_backend": "decode_backend", "linear_backend": "linear_backend", "huge_pages": "huge_pages",
     "expert_parallel_size": "expert_parallel_size",

@@ -26,11 +26,19 @@ def test_flags_map_to_the_engine_config() -> None:
     assert config.speculative_async  # on by default
     args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-async"])
     assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_async is False
+    default = EngineConfig.from_kwargs("smollm2")
+    assert (default.speculative_unverified_verdicts, default.speculative_hit_window,
+            default.speculative_pause_margin) == (True, 24, 0.6)
+    args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-unverified-verdicts",
+                              "--speculative-hit-window", "5", "--speculative-pause-margin", "1"])
+    config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
+    assert (config.speculative_unverified_verdicts, config.speculative_hit_window,
+            config.speculative_pause_margin) == (False, 5, 1.0)
 
 
 @pytest.mark.parametrize("argv", [["--speculative", "eagle"], ["--num-speculative-tokens", "0"],
                                   ["--num-speculative-tokens", "lots"], ["--speculative-cost-fit", "cubic"],
-                                  ["--speculative-draft-vocab", "half"]])
+                                  ["--speculative-draft-vocab", "half"], ["--speculative-hit-window", "0"]])
 def test_bad_values_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["serve", *argv])
