@@ -119,6 +119,9 @@ class EngineConfig:
     # policy, which at a true hit rate 1.6x break-even paused 70% of the steps (noise; 18% with 24 and 0.6)
     speculative_hit_window: int = 24
     speculative_pause_margin: float = 0.6
+    # "draft-head": a calibration bin's verdicts counted offline (the shipped head's held-out text) weigh at most
+    # as much as this many of the run's own (engine/speculative/calibration.py); None: all of them
+    speculative_offline_weight: float | None = 20.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -165,6 +168,8 @@ class EngineConfig:
              f"speculative_draft_vocab must be 'reduced' or 'full', got {self.speculative_draft_vocab!r}"),
             (self.speculative_hit_window >= 1, "speculative_hit_window must be >= 1"),
             (0.0 < self.speculative_pause_margin <= 1.0, "speculative_pause_margin must be in (0, 1]"),
+            (self.speculative_offline_weight is None or self.speculative_offline_weight >= 0,
+             "speculative_offline_weight must be >= 0"),
             (self.speculative_cost_fit in ("grid", "plane"),
              f"speculative_cost_fit must be 'grid' or 'plane', got {self.speculative_cost_fit!r}"),
             (self.num_speculative_tokens == "auto" or (isinstance(self.num_speculative_tokens, int)

@@ -17,13 +17,14 @@ __all__ = ["Draft", "Drafter", "NgramDrafter", "SpecMetrics", "Speculator", "Ste
 
 
 def make_drafter(method: str, max_draft: int, model: Any, model_name: str, runner: Any,
-                 full_vocab: bool = False) -> Drafter:
+                 full_vocab: bool = False, offline_weight: float | None = None) -> Drafter:
     if method == "ngram":
         return NgramDrafter(max_draft)
     if method == "draft-head":
         from recipe.engine.speculative.head_drafter import load_head_drafter
 
-        drafter = load_head_drafter(model, model_name, next(model.parameters()).dtype, full_vocab=full_vocab)
+        drafter = load_head_drafter(model, model_name, next(model.parameters()).dtype, full_vocab=full_vocab,
+                                    offline_weight=offline_weight)
         runner.hidden_sink = drafter.hidden
         return drafter
     if method == "mtp":
@@ -39,7 +40,8 @@ def build_speculator(config: Any, *, model: Any, runner: Any, run_on_model_threa
     k = config.num_speculative_tokens
     max_draft = AUTO_MAX_DRAFT if k == "auto" else int(k)
     drafter = make_drafter(config.speculative, max_draft, model, config.model, runner,
-                           full_vocab=config.speculative_draft_vocab == "full")
+                           full_vocab=config.speculative_draft_vocab == "full",
+                           offline_weight=config.speculative_offline_weight)
     cost = None
     if k == "auto":
         if config.speculative_cost_model is not None:

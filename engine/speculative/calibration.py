@@ -40,16 +40,23 @@ BINS = 10
 
 
 class BinCalibration:
-    """P(accept | head probability bin, position), counted; the prior is the bin's centre, weight 2."""
+    """P(accept | head probability bin, position), counted; the prior is the bin's centre, weight 2.
 
-    def __init__(self, max_len: int, counts: dict[str, list[int]] | None = None) -> None:
+    `counts`: verdicts counted offline (held-out text), the starting point. `offline_weight`: a bin's offline
+    counts weigh at most as much as this many verdicts of this run (same rate, fewer counts), so the run's own
+    verdicts take over within a few dozen drafts where its text differs from the held-out text; None: as counted.
+    """
+
+    def __init__(self, max_len: int, counts: dict[str, list[int]] | None = None,
+                 offline_weight: float | None = None) -> None:
         self.max_len = max_len
-        self.tried = [[0] * BINS for _ in range(max_len)]
-        self.accepted = [[0] * BINS for _ in range(max_len)]
+        self.tried: list[list[float]] = [[0] * BINS for _ in range(max_len)]
+        self.accepted: list[list[float]] = [[0] * BINS for _ in range(max_len)]
         for key, (t, a) in (counts or {}).items():
             j, b = (int(x) for x in key.split(","))
             if j < max_len:
-                self.tried[j][b], self.accepted[j][b] = t, a
+                scale = 1.0 if offline_weight is None or t <= offline_weight else offline_weight / t
+                self.tried[j][b], self.accepted[j][b] = t * scale, a * scale
 
     @staticmethod
     def bin_of(p: float) -> int:
@@ -78,6 +85,6 @@ class BinCalibration:
         for j in range(min(len(draft.raw), num_accepted + 1)):
             self.record(j, draft.raw[j], j < num_accepted)
 
-    def counts(self) -> dict[str, list[int]]:
+    def counts(self) -> dict[str, list[float]]:
         return {f"{j},{b}": [self.tried[j][b], self.accepted[j][b]]
                 for j in range(self.max_len) for b in range(BINS) if self.tried[j][b]}

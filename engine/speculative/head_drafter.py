@@ -69,9 +69,9 @@ class DraftHeadDrafter:
 
 
 def load_head_drafter(model: Any, model_name: str, dtype: torch.dtype, max_len: int = 16,
-                      full_vocab: bool = False) -> DraftHeadDrafter:
+                      full_vocab: bool = False, offline_weight: float | None = None) -> DraftHeadDrafter:
     """The shipped head for `model_name` (ValueError when none was trained for it); `full_vocab`: ignore its
-    reduced draft vocabulary (its calibration was counted with it)."""
+    reduced draft vocabulary (its calibration was counted with it); `offline_weight`: see `BinCalibration`."""
     from recipe.engine.speculative.draft_head import weights_path
     from safetensors import safe_open
 
@@ -81,4 +81,4 @@ def load_head_drafter(model: Any, model_name: str, dtype: torch.dtype, max_len: 
     head = DraftHead.load(path, dtype)
     with safe_open(str(path), framework="pt") as f:
         counts = json.loads(f.metadata().get("calibration", "{}"))
-    return DraftHeadDrafter(model, head, BinCalibration(max_len, counts), full_vocab)
+    return DraftHeadDrafter(model, head, BinCalibration(max_len, counts, offline_weight), full_vocab)

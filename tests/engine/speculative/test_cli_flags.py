@@ -30,8 +30,10 @@ def test_flags_map_to_the_engine_config() -> None:
     assert (default.speculative_unverified_verdicts, default.speculative_hit_window,
             default.speculative_pause_margin) == (True, 24, 0.6)
     args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-unverified-verdicts",
-                              "--speculative-hit-window", "5", "--speculative-pause-margin", "1"])
+                              "--speculative-hit-window", "5", "--speculative-pause-margin", "1",
+                              "--speculative-offline-weight", "1e9"])
     config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
+    assert (default.speculative_offline_weight, config.speculative_offline_weight) == (20.0, 1e9)
     assert (config.speculative_unverified_verdicts, config.speculative_hit_window,
             config.speculative_pause_margin) == (False, 5, 1.0)
 

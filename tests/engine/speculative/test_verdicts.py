@@ -190,3 +190,28 @@ def test_auto_pauses_a_drafter_that_pays_less_often_than_before() -> None:
     old, new = paused(5, 1.0), paused(24, 0.6)
     assert new * 3 < old, (new, old)
     assert paused(24, 1.0) < old and paused(5, 0.6) < old
+
+
+@settings(max_examples=50, deadline=None)
+@given(offline=st.floats(0.5, 0.95), online=st.floats(0.0, 0.3), seed=st.integers(0, 1000))
+def test_a_capped_offline_calibration_follows_the_runs_own_verdicts(offline: float, online: float,
+                                                                     seed: int) -> None:
+    """Offline counts (1,000 verdicts per bin at `offline`) against a run whose drafts are accepted at `online`:
+    after 100 of the run's verdicts, weighing the offline counts as 20 verdicts puts the confidence near the
+    run's rate; counted in full they hold it near the offline rate. Same rate before any verdict either way."""
+    from recipe.engine.speculative.calibration import BinCalibration
+
+    counts = {f"0,{b}": [1000, round(1000 * offline)] for b in range(10)}
+    capped, full = BinCalibration(2, counts, offline_weight=20), BinCalibration(2, counts)
+    assert abs(capped.confidence(0, 0.55) - full.confidence(0, 0.55)) < 0.04  # the bin centre's prior weighs more
+    rng = random.Random(seed)
+    for _ in range(100):
+        draft = Draft([1], [0.5], raw=[0.55])
+        verdict = int(rng.random() < online)
+        capped.observe(draft, verdict)
+        full.observe(draft, verdict)
+    observed = full.accepted[0][5] - round(1000 * offline)  # the run's accepted count
+    run_rate = observed / 100
+    gap = offline - run_rate
+    assert capped.confidence(0, 0.55) - run_rate < 0.2 * gap + 0.02  # 20 offline against 100 of the run's
+    assert full.confidence(0, 0.55) - run_rate > 0.8 * gap
