@@ -1,20 +1,124 @@
-"""`count_ids` (the reasoning-token count at a stream's end) equals the length of a plain `encode`."""
+"""`count_ids` (the reasoning-token count at a stream's end) equals the length of a plain `encode`, with
+recipe.stream.id_count's Python count on and off."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Iterator
 from typing import Any
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from recipe.stream.id_count import IdCounter, id_counter
 from recipe.stream.usage import count_ids
 
 _PIECES = st.sampled_from(["</think>", "<｜DSML｜", "｜DSML｜", "<｜end▁of▁sentence｜>", "\n\n", " ", "数据", "résumé",
-                           "😀", "123456", "Let me think.", "\ue001", "\t"])
+                           "😀", "123456", "Let me think.", "\ue001", "\t", "<｜User｜>", "<think>", "<｜ref｜>",
+                           "<｜/ref｜>", "<dsml:", "</dsml:", "<|EOT|>", "<｜", "<|", "｜", "٣٤٥", "²³", "゛ア", "\u0301",
+                           "\u200b", "\x0b", "\x1c", "\r\n", "  \n", "ஂ்", "𝔘𝔫", "\U0001faf8", "\u0558", "ﬀ"])
+# every kind of character the splits tell apart: digits (ASCII and not), CJK and kana, letters, marks,
+# punctuation, symbols, spaces of each kind, controls, format characters, unassigned ones
+_CHARS = st.characters(codec="utf-8")
+
+
+def _encoded(tokenizer: Any, text: str) -> int:
+    return len(tokenizer.full.encode(text, add_special_tokens=False).ids)
+
+
+@pytest.fixture(params=[True, False], ids=["python-count", "tokenizer-count"])  # the same for every example
+def counting(request: pytest.FixtureRequest) -> Iterator[bool]:
+    IdCounter.enabled = request.param
+    yield request.param
+    IdCounter.enabled = True
+
+
+def test_the_v4_tokenizer_gets_a_counter(v4_tokenizer: Any) -> None:
+    assert id_counter(v4_tokenizer.full) is not None
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(st.one_of(st.text(_CHARS, max_size=20), _PIECES), max_size=12))
+def test_count_ids_equals_encode_length(v4_tokenizer: Any, counting: bool, parts: list[str]) -> None:
+    text = "".join(parts)
+    assert count_ids(v4_tokenizer, text) == _encoded(v4_tokenizer, text)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(st.text(max_size=20), _PIECES), max_size=12))
-def test_count_ids_equals_encode_length(v4_tokenizer: Any, parts: list[str]) -> None:
+@given(parts=st.lists(st.one_of(st.text(_CHARS, max_size=8), _PIECES), max_size=10))
+def test_python_pieces_and_added_split_equal_the_tokenizer(v4_tokenizer: Any, parts: list[str]) -> None:
+    """The counter's pre-tokens are the tokenizer's, piece for piece, and its added tokens are the tokenizer's."""
     text = "".join(parts)
-    assert count_ids(v4_tokenizer, text) == len(v4_tokenizer.full.encode(text, add_special_tokens=False).ids)
+    counter = id_counter(v4_tokenizer.full)
+    assert counter is not None
+    if counter.count(text) is None:  # unassigned characters: the tokenizer counts
+        return
+    split = counter.added_split(text)
+    assert "".join(part for part, _ in split) == text
+    added_ids = set(v4_tokenizer.full.get_added_tokens_decoder())
+    expected, at = [], 0
+    for part, added in split:
+        if added:
+            expected.append(((at, at + len(part)), v4_tokenizer.full.token_to_id(part)))
+        else:
+            pieces = [p for p, _ in v4_tokenizer.full.pre_tokenizer.pre_tokenize_str(part)]
+            assert [_byte_level(p) for p in counter.pieces(part)] == pieces
+        at += len(part)
+    encoding = v4_tokenizer.full.encode(text, add_special_tokens=False)
+    assert [(off, i) for i, off in zip(encoding.ids, encoding.offsets, strict=True) if i in added_ids] == expected
+
+
+def _code_points(step: int, offset: int) -> Iterator[str]:
+    for cp in range(offset, 0x110000, step):
+        if not 0xD800 <= cp < 0xE000:
+            yield chr(cp)
+
+
+_CONTEXTS = ["{}", "a{}b", " {}", "{} ", "1{}1", "{}a", "\n{}\n", "{}{}", ".{}x", "{}\u0301", "数{}", "{}  x"]
+
+
+def _check_code_points(tokenizer: Any, chars: Iterator[str]) -> None:
+    """Every character in every context: the counter's pre-tokens (and count) equal the tokenizer's, or it
+    declines (an unassigned character)."""
+    counter = id_counter(tokenizer.full)
+    assert counter is not None
+    pre = tokenizer.full.pre_tokenizer
+    wrong = []
+    for char in chars:
+        for context in _CONTEXTS:
+            text = context.replace("{}", char)
+            counted = counter.count(text)
+            if counted is None:
+                continue
+            pieces = [p for p, _ in pre.pre_tokenize_str(text)]
+            if [_byte_level(p) for p in counter.pieces(text)] != pieces or counted != _encoded(tokenizer, text):
+                wrong.append((hex(ord(char)), context))
+                break
+    assert not wrong, wrong[:20]
+
+
+def test_every_code_point_sampled(v4_tokenizer: Any) -> None:
+    """One code point in 97 (a different residue each run), all contexts: fast enough for every run."""
+    _check_code_points(v4_tokenizer, _code_points(97, random.randrange(97)))
+
+
+@pytest.mark.slow
+def test_every_code_point(v4_tokenizer: Any) -> None:
+    """All 1,112,064 code points (a few minutes): run when `regex`, `tokenizers` or Python changes."""
+    _check_code_points(v4_tokenizer, _code_points(1, 0))
+
+
+def test_unassigned_characters_go_to_the_tokenizer(v4_tokenizer: Any) -> None:
+    counter = id_counter(v4_tokenizer.full)
+    assert counter is not None
+    assert counter.count("a\u0558b") is None  # assigned after Unicode 14.0: `regex` and Oniguruma disagree
+    assert counter.count("a\U0001faf8b") is None
+    assert count_ids(v4_tokenizer, "a\u0558b") == _encoded(v4_tokenizer, "a\u0558b")
+
+
+def _byte_level(piece: str) -> str:
+    from recipe.detokenizer import byte_level_alphabet
+
+    chars = {byte: char for char, byte in byte_level_alphabet().items()}
+    return "".join(chars[b] for b in piece.encode("utf-8"))
