@@ -122,3 +122,20 @@ def _byte_level(piece: str) -> str:
 
     chars = {byte: char for char, byte in byte_level_alphabet().items()}
     return "".join(chars[b] for b in piece.encode("utf-8"))
+
+
+def test_other_pipelines_get_no_counter(v4_tokenizer: Any) -> None:
+    """Only the proven pipeline is counted in Python: another pre-tokenizer, or none, gets the tokenizer."""
+    import json
+
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import models
+
+    assert id_counter(HFTokenizer(models.BPE())) is None
+    spec = json.loads(v4_tokenizer.full.to_str())
+    spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\p{N}{1,2}"
+    changed = HFTokenizer.from_str(json.dumps(spec))
+    assert id_counter(changed) is None
+    spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\p{N}{1,3}"
+    spec["added_tokens"][0]["lstrip"] = True
+    assert id_counter(HFTokenizer.from_str(json.dumps(spec))) is None
