@@ -69,8 +69,8 @@ def test_python_pieces_and_added_split_equal_the_tokenizer(v4_tokenizer: Any, pa
     assert [(off, i) for i, off in zip(encoding.ids, encoding.offsets, strict=True) if i in added_ids] == expected
 
 
-def _code_points(step: int, offset: int) -> Iterator[str]:
-    for cp in range(offset, 0x110000, step):
+def _code_points(step: int, offset: int, end: int = 0x110000) -> Iterator[str]:
+    for cp in range(offset, end, step):
         if not 0xD800 <= cp < 0xE000:
             yield chr(cp)
 
@@ -99,8 +99,22 @@ def _check_code_points(tokenizer: Any, chars: Iterator[str]) -> None:
 
 
 def test_every_code_point_sampled(v4_tokenizer: Any) -> None:
-    """One code point in 97 (a different residue each run), all contexts: fast enough for every run."""
+    """Every ASCII character and one code point in 97 (a different residue each run), all contexts: fast
+    enough for every run."""
+    _check_code_points(v4_tokenizer, _code_points(1, 0, 0x80))
     _check_code_points(v4_tokenizer, _code_points(97, random.randrange(97)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.text(st.characters(max_codepoint=0x7F), max_size=40))
+def test_ascii_texts(v4_tokenizer: Any, text: str) -> None:
+    """ASCII text takes stdlib `re` patterns: its pieces and count equal the tokenizer's."""
+    counter = id_counter(v4_tokenizer.full)
+    assert counter is not None
+    pieces = [p for p, _ in v4_tokenizer.full.pre_tokenizer.pre_tokenize_str(text)]
+    if not counter.added_split(text)[1:]:  # no added token in it
+        assert [_byte_level(p) for p in counter.pieces(text)] == pieces
+    assert counter.count(text) == _encoded(v4_tokenizer, text)
 
 
 @pytest.mark.slow
