@@ -6,8 +6,8 @@ tokens split out; Split(\\p{N}{1,3}) ▸ Split(CJK runs) ▸ Split(GPT-style pat
 match and every stretch between matches is a piece, and each split works inside the previous one's
 pieces); ByteLevel without regex (bytes to characters); BPE per piece. The three Oniguruma splits are
 ~90% of that call (~20 µs for a 75-character text in a loop, ~45 µs at a stream's end where its tables
-are out of cache). `IdCounter` runs the same three splits with the `regex` module (stdlib `re` on ASCII
-text, where the classes are plain ranges) and counts each
+are out of cache). `IdCounter` runs the same three splits in Python (stdlib `re` over a string of the
+characters' classes; `regex` for text with CJK) and counts each
 piece's BPE ids with the tokenizer's own model once (cached per piece, bounded), so the sum is the
 tokenizer's count. Added tokens are split out first as the tokenizer does (leftmost-longest, the
 raw-matched ones, then the normalized ones in what is left; no normalizer, so the same text), one id
@@ -32,7 +32,6 @@ import re
 import string
 import unicodedata
 import weakref
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import regex
@@ -44,30 +43,44 @@ _MAX_PIECES = 1 << 15  # cached pieces per tokenizer (cleared whole when full)
 _MAX_PIECE_CHARS = 64  # longer pieces are counted but not cached
 
 
-@dataclass(frozen=True)
-class _Splits:
-    """The three splits' patterns (`cjk` None: it never matches), and one finding where the first two split."""
-
-    digits_or_cjk: Any
-    digits: Any
-    cjk: Any
-    words: Any
-
-
+# text with CJK (or characters not tabled): the tokenizer's three split patterns, read by `regex`
 _SPLITS = [
     regex.compile(step["pattern"]["Regex"]) for step in _PROVEN_PRE_TOKENIZER["pretokenizers"] if step["type"] == "Split"
 ]
-_UNICODE_SPLITS = _Splits(regex.compile(r"[\p{N}一-龥぀-ゟ゠-ヿ]"), _SPLITS[0], _SPLITS[1], _SPLITS[2])
-# ASCII text (~2.5x faster with stdlib `re`): there \p{N} is 0-9, \p{L} is A-Za-z, \p{M} and the CJK ranges
-# are empty, \p{P} with \p{S} is the 32 punctuation characters, \s is White_Space's six (re.ASCII's \s)
+# Text without CJK is split as a string of character classes with stdlib `re` (~3x faster than `regex`'s
+# per-character property lookups): ASCII characters stand for themselves, every other character for one
+# of its class (the splits read no more of a character than its class): White_Space -> \x0b, \p{N} -> 0,
+# \p{L} -> Ā, \p{M} -> U+0300, \p{P} or \p{S} -> ¡, anything else -> \x01. On that alphabet \p{N} is 0-9,
+# \p{L} A-Za-zĀ, \p{M} U+0300, \p{P}/\p{S} the 32 ASCII punctuation characters and ¡, \s the six below.
 _PUNCT = re.escape(string.punctuation)
-_ASCII_SPLITS = _Splits(
-    re.compile("[0-9]"),
-    re.compile("[0-9]{1,3}"),
-    None,
-    re.compile(f"[{_PUNCT}][A-Za-z]+|[^\r\nA-Za-z{_PUNCT}]?[A-Za-z]+| ?[{_PUNCT}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
-               re.ASCII),
+_WS = "\t\n\x0b\x0c\r "
+_CLASS_DIGIT_PIECES = re.compile("[0-9]{1,3}|[^0-9]+")
+_CLASS_DIGIT = re.compile("[0-9]")
+_CLASS_WORDS = re.compile(
+    f"[{_PUNCT}][A-Za-z]+|[^\r\nA-Za-z\u0100{_PUNCT}\u00a1]?[A-Za-z\u0100\u0300]+| ?[{_PUNCT}\u00a1]+[\r\n]*"
+    f"|[{_WS}]*[\r\n]+|[{_WS}]+(?![^{_WS}])|[{_WS}]+"
 )
+# the third split's pieces in one `findall`: a match, or else a run of characters at none of which it
+# matches (the stretch between two matches, which the tokenizer keeps as one piece)
+_CLASS_PIECES = re.compile(f"{_CLASS_WORDS.pattern}|(?:(?!{_CLASS_WORDS.pattern})[\\s\\S])+")
+_CJK = re.compile("[一-龥぀-ゟ゠-ヿ]")
+_WHITE_SPACE = frozenset("\x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B))))
+
+
+def _class_char(char: str, category: str) -> int:
+    """The class character a non-ASCII character stands as (see above)."""
+    if char in _WHITE_SPACE:
+        return 0x0B
+    kind = category[0]
+    if kind == "N":
+        return 0x30
+    if kind == "L":
+        return 0x100
+    if kind == "M":
+        return 0x300
+    if kind in ("P", "S"):
+        return 0xA1
+    return 0x01
 
 
 _UNICODE = "14.0.0"  # the version whose unassigned characters go to the tokenizer (see the module docstring)
@@ -83,8 +96,10 @@ class IdCounter:
         self._counts: dict[str, int] = {}
         # ByteLevel: a piece's UTF-8 bytes, read as Latin-1, then each byte to its character
         self._bytes = {byte: ord(char) for char, byte in byte_level_alphabet().items()}
-        # characters known to be assigned in Unicode `_UNICODE` (grows as texts show new ones)
+        # characters known to be assigned in Unicode `_UNICODE`, and their class characters (grow as texts
+        # show new ones, up to a bound)
         self._assigned: set[str] = set()
+        self._classes: dict[int, int] = {}
         tokens = list(hf.get_added_tokens_decoder().values())
         # added tokens are split out first: those matched on the raw text, then (in what is left) those
         # matched on the normalized text, which is the same text here (no normalizer)
@@ -96,6 +111,7 @@ class IdCounter:
     def count(self, text: str) -> int | None:
         """Ids of `text` (encoded without special-token templates), or None where a character of it is
         unassigned in Unicode `_UNICODE` (the caller encodes it then)."""
+        tabled = True
         if not text.isascii():
             fresh = set(text) - self._assigned
             if fresh:
@@ -105,39 +121,59 @@ class IdCounter:
                         return None
                 if len(self._assigned) < _MAX_PIECES:
                     self._assigned |= fresh
-        if self._added_first.search(text) is None:
-            return self._count_plain(text)
+                    for char in fresh:
+                        if not char.isascii():
+                            self._classes[ord(char)] = _class_char(char, category(char))
+                else:
+                    tabled = False
+        counts = self._counts
         total = 0
+        if self._added_first.search(text) is None:
+            for word in self._words(text, tabled):
+                n = counts.get(word)
+                total += n if n is not None else self._piece(word)
+            return total
         for start, end, added in self._raw.split(text):
             if added:
                 total += 1
                 continue
             for start2, end2, added2 in self._normalized.split(text[start:end]):
-                total += 1 if added2 else self._count_plain(text[start + start2 : start + end2])
-        return total
-
-    def _count_plain(self, text: str) -> int:
-        """Ids of text without added tokens: the three splits, each piece through BPE."""
-        splits = _ASCII_SPLITS if text.isascii() else _UNICODE_SPLITS
-        if splits.digits_or_cjk.search(text) is None:
-            return self._count_words(text, splits.words)
-        total = 0
-        for piece in _isolate(splits.digits, text):
-            if splits.digits.fullmatch(piece) is not None:
-                total += self._piece(piece)  # a digit group is one piece to the end
-                continue
-            for part in _isolate(splits.cjk, piece) if splits.cjk is not None else [piece]:
-                total += self._count_words(part, splits.words)
+                if added2:
+                    total += 1
+                    continue
+                for word in self._words(text[start + start2 : start + end2], tabled):
+                    n = counts.get(word)
+                    total += n if n is not None else self._piece(word)
         return total
 
     def pieces(self, text: str) -> list[str]:
-        """The pre-tokens `count` sums over (before ByteLevel) of text without added tokens, split
-        plainly with the patterns `count` uses for it: for the tests."""
-        splits = _ASCII_SPLITS if text.isascii() else _UNICODE_SPLITS
+        """The pre-tokens `count` sums over (before ByteLevel) of text without added tokens: for the tests."""
+        return self._words(text, all(c in self._assigned or c.isascii() for c in text))
+
+    def _words(self, text: str, tabled: bool) -> list[str]:
+        """The pre-tokens of text without added tokens (`tabled`: its characters' classes are known)."""
+        if text.isascii():
+            classes = text
+        elif tabled and _CJK.search(text) is None:
+            classes = text.translate(self._classes)
+        else:
+            return self._words_unicode(text)
+        if _CLASS_DIGIT.search(classes) is None:
+            return _class_words(text, classes)
         out: list[str] = []
-        for piece in _isolate(splits.digits, text):
-            for part in _isolate(splits.cjk, piece) if splits.cjk is not None else [piece]:
-                out += _isolate(splits.words, part)
+        pos = 0
+        for piece in _CLASS_DIGIT_PIECES.findall(classes):
+            end = pos + len(piece)
+            out += _class_words(text[pos:end], piece)
+            pos = end
+        return out
+
+    def _words_unicode(self, text: str) -> list[str]:
+        """`_words` with `regex`'s Unicode classes (text with CJK, or characters not tabled)."""
+        out: list[str] = []
+        for piece in _isolate(_SPLITS[0], text):
+            for part in _isolate(_SPLITS[1], piece):
+                out += _isolate(_SPLITS[2], part)
         return out
 
     def added_split(self, text: str) -> list[tuple[str, bool]]:
@@ -149,23 +185,6 @@ class IdCounter:
                 continue
             out += [(text[start + a : start + b], hit) for a, b, hit in self._normalized.split(text[start:end])]
         return out
-
-    def _count_words(self, text: str, pattern: Any) -> int:
-        """Ids of one piece of the first two splits: the third split's (`pattern`) pieces, each through BPE."""
-        words = pattern.findall(text)
-        covered = 0
-        for word in words:
-            covered += len(word)
-        if covered != len(text):  # characters no alternative matches: stretches between matches are pieces
-            words = _isolate(pattern, text)
-        total = 0
-        counts = self._counts
-        for word in words:
-            n = counts.get(word)
-            if n is None:
-                n = self._piece(word)
-            total += n
-        return total
 
     def _piece(self, piece: str) -> int:
         n = self._counts.get(piece)
@@ -221,6 +240,20 @@ class _AddedSet:
         if pos < size:
             out.append((pos, size, False))
         return out
+
+
+def _class_words(text: str, classes: str) -> list[str]:
+    """The third split's pieces of `text`, found in its class string `classes` (same length)."""
+    found = _CLASS_PIECES.findall(classes)
+    if classes is text:
+        return found
+    out: list[str] = []
+    pos = 0
+    for word in found:
+        end = pos + len(word)
+        out.append(text[pos:end])
+        pos = end
+    return out
 
 
 def _isolate(pattern: Any, text: str) -> list[str]:

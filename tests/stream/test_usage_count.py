@@ -99,9 +99,11 @@ def _check_code_points(tokenizer: Any, chars: Iterator[str]) -> None:
 
 
 def test_every_code_point_sampled(v4_tokenizer: Any) -> None:
-    """Every ASCII character and one code point in 97 (a different residue each run), all contexts: fast
-    enough for every run."""
-    _check_code_points(v4_tokenizer, _code_points(1, 0, 0x80))
+    """Every code point below U+0800 (ASCII, Latin, Greek, Cyrillic, ...), every White_Space character and
+    one code point in 97 (a different residue each run), all contexts: fast enough for every run."""
+    _check_code_points(v4_tokenizer, _code_points(1, 0, 0x800))
+    _check_code_points(v4_tokenizer, iter("\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+                                          "\u200a\u2028\u2029\u202f\u205f\u3000\u180e\u200b\u2060\ufeff"))
     _check_code_points(v4_tokenizer, _code_points(97, random.randrange(97)))
 
 
