@@ -6,23 +6,27 @@ tokens split out; Split(\\p{N}{1,3}) ▸ Split(CJK runs) ▸ Split(GPT-style pat
 match and every stretch between matches is a piece, and each split works inside the previous one's
 pieces); ByteLevel without regex (bytes to characters); BPE per piece. The three Oniguruma splits are
 ~90% of that call (~20 µs for a 75-character text in a loop, ~45 µs at a stream's end where its tables
-are out of cache). `IdCounter` runs the same three splits in Python (stdlib `re` over a string of the
-characters' classes; `regex` for text with CJK) and counts each
-piece's BPE ids with the tokenizer's own model once (cached per piece, bounded), so the sum is the
-tokenizer's count. Added tokens are split out first as the tokenizer does (leftmost-longest, the
-raw-matched ones, then the normalized ones in what is left; no normalizer, so the same text), one id
-each. A text holding a character unassigned in Unicode 14.0 goes to the tokenizer: `regex` knows a
-newer Unicode than the tokenizer's Oniguruma, and the two classify exactly those characters differently
-(every code point compared, in several contexts, for the installed versions); characters assigned
-since keep their classes, so later versions of either only add characters this rule already sends to
-the tokenizer. Whether a character is assigned is read from `unicodedata` when it is 14.0.0 (Python
-3.11), once per character seen; with another `unicodedata` there is no counter.
+are out of cache). `IdCounter` runs the same splits in Python and counts each piece's BPE ids with the
+tokenizer's own model once (cached per piece, bounded), so the sum is the tokenizer's count:
 
-`id_counter(hf)` gives a counter only for a tokenizer whose pre-tokenizer is exactly
-`recipe.encoding`'s proven one, without normalizer, truncation or padding, with a BPE model without
-dropout and added tokens that strip nothing and match anywhere; else None (the caller encodes). `IdCounter.enabled = False` is the off switch.
-Proven equal: tests/stream/test_usage_count.py (every code point in several contexts against the
-tokenizer's pieces, and drawn texts against `encode`).
+* added tokens first, as the tokenizer splits them (leftmost-longest; the raw-matched ones, then the
+  normalized ones in what is left, the same text here since there is no normalizer), one id each;
+* text without CJK: the splits run with stdlib `re` over a string of the characters' classes (see
+  `_CLASS_WORDS`; classes from `unicodedata`, tabled once per character seen);
+* text with CJK: the tokenizer's own patterns, read by `regex`.
+
+A text holding a character unassigned in Unicode 14.0 goes to the tokenizer: Oniguruma and the newer
+Unicode of `regex` classify exactly those characters differently (every code point compared, in
+several contexts, for the installed versions), and `unicodedata` 14.0.0 (Python 3.11) does not know
+them; characters assigned by then keep their classes, so later versions only add characters this rule
+already sends to the tokenizer. With another `unicodedata` there is no counter.
+
+`id_counter(hf)` gives a counter only for a tokenizer whose pre-tokenizer is exactly `recipe.encoding`'s
+proven one, without normalizer, truncation or padding, with a BPE model without dropout and added tokens
+that strip nothing and match anywhere; else None (the caller encodes). `IdCounter.enabled = False` is the
+off switch. Proven equal: tests/stream/test_usage_count.py (code points in several contexts against the
+tokenizer's pieces: all below U+0800 and every 97th on every run, all of them under `-m slow`; drawn texts
+against `encode`).
 """
 
 from __future__ import annotations
