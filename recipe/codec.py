@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from recipe.conversation import Conversation, ConversationRequest, ModelVersion
 from recipe.errors import RequestError, conversion_error
 from recipe.protocols.options import ConversionOptions
+from recipe.render_memo import RenderMemo
 
 if TYPE_CHECKING:
     from recipe.codecs.rendered import RenderedPrompt
@@ -26,6 +27,8 @@ Api = Literal["chat", "messages", "responses"]
 APIS: tuple[str, ...] = ("chat", "messages", "responses")
 
 _DEFAULT_OPTIONS = ConversionOptions()
+# `render` then `encode` of one request renders once (off switch: `RenderMemo.enabled = False`)
+_RENDERED = RenderMemo()
 
 __all__ = [
     "APIS",
@@ -119,7 +122,11 @@ def _codec_module(version: ModelVersion) -> Any:
 
 
 def render(request: ConversationRequest | Conversation, version: ModelVersion | None = None) -> RenderedPrompt:
-    """Render a converted request (its own version) or a bare conversation (`version` required)."""
+    """Render a converted request (its own version) or a bare conversation (`version` required).
+
+    The same (frozen, never mutated) object rendered again shortly after gets the same `RenderedPrompt`
+    back without rendering (`recipe.render_memo`).
+    """
     if isinstance(request, ConversationRequest):
         conversation = request.conversation
         version = version or request.model_version
@@ -127,7 +134,11 @@ def render(request: ConversationRequest | Conversation, version: ModelVersion | 
         conversation = request
         if version is None:
             raise ValueError("render(conversation) needs the model version")
-    return _codec_module(version).render(conversation)  # type: ignore[no-any-return]
+    rendered: RenderedPrompt | None = _RENDERED.get(conversation, version)
+    if rendered is None:
+        rendered = _codec_module(version).render(conversation)
+        _RENDERED.put(conversation, version, rendered)
+    return rendered
 
 
 def encode(request: ConversationRequest, tokenizer: Tokenizer) -> list[int]:
