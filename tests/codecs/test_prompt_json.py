@@ -128,3 +128,36 @@ def test_spellings() -> None:
     assert dumps_python({"a": 1e-6, "b": 1e-5}) == '{"a": 1e-06, "b": 1e-05}'
     assert dumps_v4([2**64, -(2**63) - 1]) == "[1.8446744073709552e+19, -9.223372036854776e+18]"
     assert dumps_v4({True: 1, None: [], 1.5: "é\n"}) == '{"true": 1, "null": [], "1.5": "é\\n"}'
+
+
+def _arguments_oracle(text: str) -> Any:
+    """`parse_arguments` as written before its decoder was shared: `json.loads` with a fresh decoder."""
+    import json
+
+    def reject(name: str) -> Any:
+        raise ValueError(name)
+
+    try:
+        value = json.loads(text, parse_constant=reject)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict) or prompt_json._has_non_finite(value):
+        return None
+    return value
+
+
+_ARGUMENT_BITS = st.sampled_from(['{"a": 1}', '{"k": "a\tb"}', '"\x01"', "\ufeff", "NaN", "Infinity", "-Infinity", "1e999", " ", "\n", "[", "]",
+                                  "{", "}", '"k"', ":", ",", "null", "true", "1.5", '"\\ud800"', "[]", "{}", '"'])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(
+    _values(_texts).map(lambda v: __import__("json").dumps(v, ensure_ascii=False, allow_nan=True)),
+    st.lists(st.one_of(_ARGUMENT_BITS, st.text(max_size=5)), max_size=12).map("".join),
+))
+def test_parse_arguments_equals_json_loads(text: str) -> None:
+    got = prompt_json.parse_arguments(text)
+    want = _arguments_oracle(text)
+    assert got == want and type(got) is type(want)
+    if got is not None:
+        assert list(got) == list(want)  # same key order
