@@ -122,6 +122,11 @@ class EngineConfig:
     # "draft-head": a calibration bin's verdicts counted offline (the shipped head's held-out text) weigh at most
     # as much as this many of the run's own (engine/speculative/calibration.py); None: all of them
     speculative_offline_weight: float | None = 20.0
+    # "auto" prices the drafter's own time (seconds per chained position, per batch size, measured online): the
+    # draft head / MTP chain stops where its next position no longer pays for itself, and the length policy's
+    # rate counts the drafting time spent (engine/speculative/chain_budget.py); False: the earlier policy (the
+    # chain runs while any row is above the first token's break-even survival, verification priced alone)
+    speculative_price_drafting: bool = True
 
     def __post_init__(self) -> None:
         checks = [

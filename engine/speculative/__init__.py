@@ -56,4 +56,5 @@ def build_speculator(config: Any, *, model: Any, runner: Any, run_on_model_threa
                       max_num_batched_tokens=config.max_num_batched_tokens, vocab_size=vocab_size, cost=cost,
                       unverified_verdicts=config.speculative_unverified_verdicts,
                       hit_window=config.speculative_hit_window,
-                      pause_margin=config.speculative_pause_margin)
+                      pause_margin=config.speculative_pause_margin,
+                      price_drafting=config.speculative_price_drafting)

@@ -71,6 +71,11 @@ class BinCalibration:
         self.tried[j][b] += 1
         self.accepted[j][b] += int(accepted)
 
+    def expected(self, j: int) -> float:
+        """The acceptance rate at position `j` over every bin (a confidence before its probability is known)."""
+        j = min(j, self.max_len - 1)
+        return (sum(self.accepted[j]) + 1) / (sum(self.tried[j]) + 2)
+
     def survive(self, survival: list[float], j: int, probs: list[float]) -> list[float]:
         """Each row's survival after its position-`j` draft of probability `probs[row]`."""
         return [s * self.confidence(j, p) for s, p in zip(survival, probs, strict=True)]

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from recipe.engine.sequence import Sequence
 from recipe.engine.speculative.calibration import BinCalibration
+from recipe.engine.speculative.chain_budget import ChainBudget
 from recipe.engine.speculative.draft_head import DraftHead, DraftProjection
 from recipe.engine.speculative.drafter import Draft
 
@@ -36,6 +37,9 @@ class DraftHeadDrafter:
         # the chain stops once every row's survival (product of calibrated confidences) is below this: each
         # position costs an LM-head pass, and "auto" never verifies a token below its break-even survival
         self.min_survival = 0.0
+        # set by "auto" with the drafter's time priced: the chain goes on only while its next position pays for
+        # itself (drafting and verifying it against the step's expected rate); it then replaces `min_survival`
+        self.chain: ChainBudget | None = None
 
     @torch.inference_mode()
     def propose(self, seqs: list[Sequence], max_lens: list[int]) -> list[Draft]:
@@ -51,18 +55,25 @@ class DraftHeadDrafter:
         x = torch.tensor([seqs[i].token_ids[-1] for i in rows], device=h.device)
         tokens, probs = [], []
         survival = [1.0] * len(rows)
-        for j in range(max(max_lens[i] for i in rows)):
+        longest = max(max_lens[i] for i in rows)
+        for j in range(longest):
             h = self.head(h, self.embed(x).to(dtype))
             p, x = self.project(h)
             tokens.append(x.tolist())
             probs.append(p.tolist())
             survival = self.calibration.survive(survival, j, probs[-1])
-            if max(survival) < self.min_survival:
+            if j + 1 < longest and not self.chain_on(survival, j):
                 break
         for r, i in enumerate(rows):
             n = min(max_lens[i], len(tokens))
             out[i] = self.calibration.draft([tokens[j][r] for j in range(n)], [probs[j][r] for j in range(n)])
         return out
+
+    def chain_on(self, survival: list[float], j: int) -> bool:
+        """Whether to chain position j + 1 after position j left `survival`."""
+        if self.chain is not None:
+            return self.chain.more(survival, self.calibration.expected(j + 1))
+        return max(survival) >= self.min_survival
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
         self.calibration.observe(draft, num_accepted)

@@ -21,21 +21,23 @@ def survivals(confidences: list[float]) -> list[float]:
 
 
 def choose_lengths(confidences: list[list[float]], step_time: Callable[[int], float], base_tokens: int,
-                   max_extra_tokens: int | None = None) -> list[int]:
-    """Draft length per sequence maximising (len(confidences) + sum of chosen survivals) / step_time(tokens).
+                   max_extra_tokens: int | None = None, spent: float = 0.0) -> list[int]:
+    """Draft length per sequence maximising (len(confidences) + sum of chosen survivals) / (spent + step_time(tokens)).
 
     `base_tokens`: tokens the step computes anyway (one per decoding sequence, plus any prefill);
-    `max_extra_tokens`: cap on the draft tokens (the step's remaining token budget).
+    `max_extra_tokens`: cap on the draft tokens (the step's remaining token budget); `spent`: seconds the step
+    takes whatever is verified (the drafting already done): the rate is of the whole step, so a draft token
+    costs its marginal verification against a larger time, and a longer draft pays sooner.
     """
     entries = [(s, j, i) for i, conf in enumerate(confidences) for j, s in enumerate(survivals(conf))]
     entries.sort(key=lambda e: (-e[0], e[1], e[2]))
     if max_extra_tokens is not None:
         entries = entries[:max(max_extra_tokens, 0)]
     expected = float(len(confidences))
-    best_rate, best_n = expected / step_time(base_tokens), 0
+    best_rate, best_n = expected / (spent + step_time(base_tokens)), 0
     for n, (s, _, _) in enumerate(entries, 1):
         expected += s
-        rate = expected / step_time(base_tokens + n)
+        rate = expected / (spent + step_time(base_tokens + n))
         if rate > best_rate:
             best_rate, best_n = rate, n
     lengths = [0] * len(confidences)

@@ -15,8 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 from recipe.engine.sequence import Sequence, SequenceStatus
+from recipe.engine.speculative.chain_budget import ChainBudget
 from recipe.engine.speculative.constrained_drafts import admissible_prefix, can_speculate
 from recipe.engine.speculative.cost_model import StepCost
+from recipe.engine.speculative.draft_cost import DraftCost
 from recipe.engine.speculative.drafter import Draft, Drafter
 from recipe.engine.speculative.hit_rate import HitRate
 from recipe.engine.speculative.length_policy import choose_lengths
@@ -31,7 +33,7 @@ class Speculator:
     def __init__(self, drafter: Drafter, num_speculative_tokens: int | str, *, block_manager: Any,
                  max_model_len: int, max_num_batched_tokens: int, vocab_size: int,
                  cost: StepCost | None = None, unverified_verdicts: bool = True, hit_window: int = 24,
-                 pause_margin: float = 0.6) -> None:
+                 pause_margin: float = 0.6, price_drafting: bool = True) -> None:
         self.drafter = drafter
         self.cost = cost
         self.use_length(num_speculative_tokens)
@@ -42,7 +44,12 @@ class Speculator:
         self.metrics = SpecMetrics()
         self._drafts: dict[int, Draft] = {}
         # "auto": the drafter's own seconds per drafted position (running average), part of a draft token's cost
-        self.draft_cost = 0.0
+        self.draft_cost = DraftCost()
+        # "auto" prices the drafter's time per batch size: a chained drafter stops where its next position no
+        # longer pays for itself (chain_budget.py), and the length policy's rate counts the drafting time spent;
+        # False: the chain runs while any row is above the first token's break-even survival and the policy
+        # prices verification only (the earlier policy)
+        self.price_drafting = price_drafting
         self.count_drafter_time = True  # False: drafter time is no cost (tests whose oracle drafters are slow)
         # "auto": running rate at which a draft's first token equals the token the target then emitted, counted
         # whether or not the draft was verified; below the first token's break-even survival, drafting pauses
@@ -106,7 +113,7 @@ class Speculator:
         n, base = len(running), self._base_tokens(running, self.in_decode)
         # a token whose survival is below its marginal cost over the step's is never chosen: not drafted
         step = self.cost.predict(n, base)
-        self._min_survival = (self.cost.predict(n, base + 1) - step + self.draft_cost) / step
+        self._min_survival = (self.cost.predict(n, base + 1) - step + self._draft_s(len(decoding))) / step
         self._auto_steps += 1
         self._pausing = self.first_hit_rate < self._min_survival * (1.0 if self._pausing else self.pause_margin)
         self._paused = self._pausing and bool(self._auto_steps % PROBE_EVERY)
@@ -135,12 +142,16 @@ class Speculator:
         min_survival = self._min_survival if self.fixed is None else 0.0
         if hasattr(self.drafter, "min_survival"):
             self.drafter.min_survival = min_survival
+        if hasattr(self.drafter, "chain"):
+            self.drafter.chain = self._chain_budget(n, base, len(seqs))
         proposing = time.perf_counter()
         drafts = self.drafter.propose(seqs, room)
+        spent = time.perf_counter() - proposing
         positions = max((len(d.token_ids) for d in drafts), default=0)
-        if positions and self.count_drafter_time:
-            per_position = (time.perf_counter() - proposing) / positions
-            self.draft_cost += 0.2 * (per_position - self.draft_cost)
+        if not self.count_drafter_time:
+            spent = 0.0
+        elif positions:
+            self.draft_cost.observe(len(seqs), positions, spent)
         for i, seq in enumerate(seqs):
             d = drafts[i].cut(max(room[i], 0))
             if seq.matcher is not None and d.token_ids:
@@ -150,11 +161,12 @@ class Speculator:
             lengths = [len(d.token_ids) for d in drafts]
         else:
             assert self.cost is not None
-            # the drafter's time is spent by now, whatever is verified: it weighs on whether to draft (the pause)
-            # and how far the head chains (`min_survival`), not on which drafts to verify
+            # the drafter's time is spent by now, whatever is verified: it weighs on whether to draft (the pause),
+            # how far the head chains, and (`price_drafting`) on the rate the verified drafts must raise
             cost = self.cost
             lengths = choose_lengths([d.confidences for d in drafts], lambda t: cost.predict(n, t), base,
-                                     self.max_num_batched_tokens - base)
+                                     self.max_num_batched_tokens - base,
+                                     spent=spent if self.price_drafting else 0.0)
         for seq, d, k in zip(seqs, drafts, lengths, strict=True):
             self.verdicts.add(seq, d)
             self.metrics.length_histogram[k] = self.metrics.length_histogram.get(k, 0) + 1
@@ -164,6 +176,19 @@ class Speculator:
             seq.draft_ids = d.token_ids[:k]
             self._drafts[seq.seq_id] = d.cut(k)
         self.metrics.drafter_s += time.perf_counter() - start
+
+    def _draft_s(self, rows: int) -> float:
+        """The drafter's seconds per chained position at `rows` rows (`price_drafting` off: over all sizes)."""
+        return self.draft_cost.per_position(rows) if self.price_drafting else self.draft_cost.overall
+
+    def _chain_budget(self, num_seqs: int, base: int, rows: int) -> ChainBudget | None:
+        """"auto" with `price_drafting`: what stops a chained drafter this step (None: `min_survival` does)."""
+        if self.fixed is not None or not self.price_drafting:
+            return None
+        cost = self.cost
+        assert cost is not None
+        # the rate counts the drafting sequences' tokens, as the length policy's does
+        return ChainBudget(lambda t: cost.predict(num_seqs, t), base, rows, self._draft_s(rows))
 
     def collect_verdicts(self) -> None:
         """After a step's tokens are emitted: fold the first draft tokens now known, verified or not, into

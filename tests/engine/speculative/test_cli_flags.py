@@ -34,6 +34,9 @@ def test_flags_map_to_the_engine_config() -> None:
                               "--speculative-offline-weight", "1e9"])
     config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
     assert (default.speculative_offline_weight, config.speculative_offline_weight) == (20.0, 1e9)
+    assert default.speculative_price_drafting and config.speculative_price_drafting
+    args = parser.parse_args(["serve", "--speculative", "draft-head", "--no-speculative-price-drafting"])
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_price_drafting is False
     assert (config.speculative_unverified_verdicts, config.speculative_hit_window,
             config.speculative_pause_margin) == (False, 5, 1.0)
 
