@@ -127,6 +127,10 @@ class EngineConfig:
     # rate counts the drafting time spent (engine/speculative/chain_budget.py); False: the earlier policy (the
     # chain runs while any row is above the first token's break-even survival, verification priced alone)
     speculative_price_drafting: bool = True
+    # "ngram": continue after the latest occurrence of the suffix, through the draft's own tokens past the
+    # sequence's end, so a longer draft limit never changes a draft's first tokens (engine/speculative/ngram.py);
+    # False: the latest occurrence followed by a whole draft, else the earliest (the earlier lookup)
+    speculative_ngram_extend: bool = True
 
     def __post_init__(self) -> None:
         checks = [

@@ -37,6 +37,9 @@ def test_flags_map_to_the_engine_config() -> None:
     assert default.speculative_price_drafting and config.speculative_price_drafting
     args = parser.parse_args(["serve", "--speculative", "draft-head", "--no-speculative-price-drafting"])
     assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_price_drafting is False
+    assert default.speculative_ngram_extend
+    args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-ngram-extend"])
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_ngram_extend is False
     assert (config.speculative_unverified_verdicts, config.speculative_hit_window,
             config.speculative_pause_margin) == (False, 5, 1.0)
 
