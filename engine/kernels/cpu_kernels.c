@@ -172,11 +172,12 @@ static inline __attribute__((always_inline)) void rows_dot_tile(
 }
 #endif
 
-/* Outputs y[m, n .. n + 3] (fewer at the end of N) of every activation row m < M against weight rows n..n+3:
- * the block-quantised product of one group of 4 weight rows (shared by `quant_matmul` and the fused decoder). */
+/* Outputs n .. n + 3 (fewer at the end of N) of every activation row m < M against weight rows n..n+3, written
+ * to y[m * ys + r]: the block-quantised product of one group of 4 weight rows (shared by `quant_matmul` and the
+ * fused decoder). */
 void quant_group(int64_t n, int64_t M, int64_t K, int64_t N, const int8_t *w8, const uint8_t *w4,
                  const float *d, const float *mn, const int8_t *xq, const float *dx, const int32_t *xs,
-                 float *y) {
+                 float *y, int64_t ys) {
     const int64_t nb = K / QK, wrow = w8 != NULL ? K : K / 2;
     const int8_t *a8 = w8 ? w8 + n * wrow : NULL;
     const uint8_t *a4 = w4 ? w4 + n * wrow : NULL;
@@ -200,9 +201,9 @@ void quant_group(int64_t n, int64_t M, int64_t K, int64_t N, const int8_t *w8, c
     if (n + 4 <= N)
         for (; m + MT <= M; m += MT) {
             if (w8 != NULL) rows_dot_tile(a8, NULL, wrow, d + n * nb, NULL, xq + m * K, K, dx + m * nb, xs + m * nb,
-                                          nb, y + m * N + n, N);
+                                          nb, y + m * ys, ys);
             else rows_dot_tile(NULL, a4, wrow, d + n * nb, an, xq + m * K, K, dx + m * nb, xs + m * nb, nb,
-                               y + m * N + n, N);
+                               y + m * ys, ys);
         }
 #endif
     for (; m < M; m++) {
@@ -211,14 +212,14 @@ void quant_group(int64_t n, int64_t M, int64_t K, int64_t N, const int8_t *w8, c
         if (n + 4 <= N) {
             if (w8 != NULL) rows_dot(4, a8, NULL, wrow, d + n * nb, NULL, xm, dx + m * nb, xs + m * nb, nb, out);
             else rows_dot(4, NULL, a4, wrow, d + n * nb, an, xm, dx + m * nb, xs + m * nb, nb, out);
-            for (int r = 0; r < 4; r++) y[m * N + n + r] = out[r];
+            for (int r = 0; r < 4; r++) y[m * ys + r] = out[r];
         } else {
             for (int64_t r = 0; n + r < N; r++) {
                 if (w8 != NULL) rows_dot(1, a8 + r * wrow, NULL, wrow, d + (n + r) * nb, NULL, xm, dx + m * nb,
                                          xs + m * nb, nb, out);
                 else rows_dot(1, NULL, a4 + r * wrow, wrow, d + (n + r) * nb, an + r * nb, xm, dx + m * nb,
                               xs + m * nb, nb, out);
-                y[m * N + n + r] = out[0];
+                y[m * ys + r] = out[0];
             }
         }
     }
@@ -236,7 +237,7 @@ static void quant_matmul(const float *x, int64_t M, int64_t K, const int8_t *w8,
 #pragma omp for schedule(static)
             for (int64_t m = 0; m < M; m++) quantize_rows(x + m * K, 1, K, xq + m * K, dx + m * nb, xs + m * nb);
 #pragma omp for schedule(dynamic, 8)
-            for (int64_t g = 0; g < groups; g++) quant_group(g * 4, M, K, N, w8, w4, d, mn, xq, dx, xs, y);
+            for (int64_t g = 0; g < groups; g++) quant_group(g * 4, M, K, N, w8, w4, d, mn, xq, dx, xs, y + g * 4, N);
         }
     }
     free(xq);

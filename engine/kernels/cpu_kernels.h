@@ -7,9 +7,10 @@
 
 /* Rows x[M, K] rounded to Q8_0 blocks: int8 q, scale d and sum(q) per block of 32. */
 void quantize_rows(const float *x, int64_t M, int64_t K, int8_t *xq, float *dx, int32_t *xs);
-/* y[m, n .. n + 3] (row stride N) of every activation row against weight rows n..n+3, q8_0 (w8) or q4_1 (w4 + mn). */
+/* y[m * ys + r] = output n + r (r < 4, fewer at the end of N) of every activation row m against weight rows
+ * n..n+3, q8_0 (w8) or q4_1 (w4 + mn). */
 void quant_group(int64_t n, int64_t M, int64_t K, int64_t N, const int8_t *w8, const uint8_t *w4, const float *d,
-                 const float *mn, const int8_t *xq, const float *dx, const int32_t *xs, float *y);
+                 const float *mn, const int8_t *xq, const float *dx, const int32_t *xs, float *y, int64_t ys);
 /* One (sequence, KV head) item of paged decode attention, as `paged_decode_attention` computes it. */
 void attend_item(const float *qg, const float *k, const float *v, const int64_t *table, int64_t L, int64_t group,
                  int64_t g, int64_t Dk, int64_t Dv, int64_t bs, int64_t k_token_stride, int64_t k_head_stride,
