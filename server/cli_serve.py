@@ -174,15 +174,7 @@ def positive_int(value: str) -> int:
 
 def speculative_tokens(value: str) -> int | str:
     """`--num-speculative-tokens`: "auto" or a positive integer."""
-    if value == "auto":
-        return value
-    try:
-        k = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {value!r}") from None
-    if k < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1 draft token, got {k}")
-    return k
+    return value if value == "auto" else positive_int(value)
 
 
 # CLI flag (argparse dest) -> EngineConfig field
