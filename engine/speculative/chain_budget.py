@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from recipe.engine.speculative.calibration import BinCalibration
+
 
 @dataclass
 class ChainBudget:
@@ -35,3 +37,12 @@ class ChainBudget:
         marginal = self.step_time(self.base_tokens + self.tokens + 1) - verify
         gain = sum(max(0.0, s * next_confidence - rate * marginal) for s in survival)
         return gain > rate * self.draft_s
+
+
+def chain_on(chain: ChainBudget | None, min_survival: float, calibration: BinCalibration, survival: list[float],
+             j: int) -> bool:
+    """Whether a chained drafter (head, MTP) computes position j + 1 after position j left `survival`: the
+    budget's verdict where "auto" prices drafting, else whether any row is still at `min_survival`."""
+    if chain is not None:
+        return chain.more(survival, calibration.expected(j + 1))
+    return max(survival) >= min_survival

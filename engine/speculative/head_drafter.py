@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from recipe.engine.sequence import Sequence
 from recipe.engine.speculative.calibration import BinCalibration
-from recipe.engine.speculative.chain_budget import ChainBudget
+from recipe.engine.speculative.chain_budget import ChainBudget, chain_on
 from recipe.engine.speculative.draft_head import DraftHead, DraftProjection
 from recipe.engine.speculative.drafter import Draft
 
@@ -62,18 +62,12 @@ class DraftHeadDrafter:
             tokens.append(x.tolist())
             probs.append(p.tolist())
             survival = self.calibration.survive(survival, j, probs[-1])
-            if j + 1 < longest and not self.chain_on(survival, j):
+            if j + 1 < longest and not chain_on(self.chain, self.min_survival, self.calibration, survival, j):
                 break
         for r, i in enumerate(rows):
             n = min(max_lens[i], len(tokens))
             out[i] = self.calibration.draft([tokens[j][r] for j in range(n)], [probs[j][r] for j in range(n)])
         return out
-
-    def chain_on(self, survival: list[float], j: int) -> bool:
-        """Whether to chain position j + 1 after position j left `survival`."""
-        if self.chain is not None:
-            return self.chain.more(survival, self.calibration.expected(j + 1))
-        return max(survival) >= self.min_survival
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
         self.calibration.observe(draft, num_accepted)

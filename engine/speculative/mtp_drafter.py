@@ -36,7 +36,7 @@ from recipe.engine.layers.v4_kv import REPLAY_BOUNDS, PagedRows, V4Plan, V4Span
 from recipe.engine.models.deepseek_v4_layer import WINDOW
 from recipe.engine.sequence import Sequence
 from recipe.engine.speculative.calibration import BinCalibration
-from recipe.engine.speculative.chain_budget import ChainBudget
+from recipe.engine.speculative.chain_budget import ChainBudget, chain_on
 from recipe.engine.speculative.drafter import Draft
 
 
@@ -143,18 +143,12 @@ class MTPDrafter:
         probs = [[e.prob for e in entries]]
         survival = self.calibration.survive([1.0] * len(entries), 0, probs[0])
         longest = max(max_lens[i] for i, _ in picked)
-        if longest > 1 and self.chain_on(survival, 0):
+        if longest > 1 and chain_on(self.chain, self.min_survival, self.calibration, survival, 0):
             self._chain([seqs[i] for i, _ in picked], entries, longest, tokens, probs, survival)
         for r, (i, _) in enumerate(picked):
             n = min(max_lens[i], len(tokens))
             out[i] = self.calibration.draft([tokens[j][r] for j in range(n)], [probs[j][r] for j in range(n)])
         return out
-
-    def chain_on(self, survival: list[float], j: int) -> bool:
-        """Whether to chain position j + 1 after position j left `survival` (as the head drafter's)."""
-        if self.chain is not None:
-            return self.chain.more(survival, self.calibration.expected(j + 1))
-        return max(survival) >= self.min_survival
 
     def _chain(self, seqs: list[Sequence], entries: list[Ready], longest: int, tokens: list[list[int]],
                probs: list[list[float]], survival: list[float]) -> None:
@@ -176,7 +170,7 @@ class MTPDrafter:
                 tokens.append(x.tolist())
                 probs.append(p.tolist())
                 survival[:] = self.calibration.survive(survival, j, probs[-1])
-                if j + 1 < longest and not self.chain_on(survival, j):
+                if j + 1 < longest and not chain_on(self.chain, self.min_survival, self.calibration, survival, j):
                     break
         finally:
             self.attn.window_rows = main
