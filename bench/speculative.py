@@ -91,30 +91,33 @@ def run(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> tuple[flo
 CPU_SECONDS: list[float] = []  # per `run`: CPU time of this process (all threads), less sensitive to others' load
 
 
-def verify_steps(threads: int, context: int, repeats: int) -> None:
+def verify_steps(threads: int, context: int, repeats: int, weight_format: str) -> None:
     """One verify step of q positions (batch 1, `context` tokens before it) against a decode step (q = 1), per
-    linear backend: the fastest of `repeats` runs in CPU time of the model thread (on a shared machine its wall
-    time mostly measures the other processes)."""
+    backend: the fastest of `repeats` runs in CPU time of the model thread (on a shared machine its wall time
+    mostly measures the other processes; the fused step's second thread is counted by its wall time below)."""
     from recipe.engine.probe_step import probe_step
 
-    queries = (1, 2, 3, 5, 8)
-    for backend in ("torch", "few-rows"):
+    queries = (1, 2, 3, 5, 8, 12, 17)
+    for decode, linear in (("layers", "torch"), ("layers", "few-rows"), ("fused", "few-rows")):
         llm = LLM("smollm2", num_threads=threads, enable_prefix_caching=False, kv_cache_bytes=256 << 20,
-                  linear_backend=backend)
+                  linear_backend=linear, decode_backend=decode, weight_format=weight_format)
         runner, model_thread = llm.engine.runner, llm.engine._executor
         assert model_thread is not None
         steps = {q: probe_step(runner, 1, q, context) for q in queries}
         best = dict.fromkeys(queries, float("inf"))
+        wall = dict.fromkeys(queries, float("inf"))
         for _ in range(repeats):
             for q, step in steps.items():
-                def timed(step: Any = step, runner: Any = runner) -> float:
-                    t = time.thread_time()
+                def timed(step: Any = step, runner: Any = runner) -> tuple[float, float]:
+                    t, w = time.thread_time(), time.perf_counter()
                     runner.execute(step)
-                    return time.thread_time() - t
+                    return time.thread_time() - t, time.perf_counter() - w
 
-                best[q] = min(best[q], model_thread.submit(timed).result())
-        print(f"verify step, linear_backend={backend}, context {context}: "
-              + ", ".join(f"{q} position(s) {best[q] * 1e3:.1f} ms ({best[q] / best[1]:.2f}x)" for q in queries),
+                cpu, seconds = model_thread.submit(timed).result()
+                best[q], wall[q] = min(best[q], cpu), min(wall[q], seconds)
+        print(f"verify step, {weight_format}, decode_backend={decode}, linear_backend={linear}, context {context}: "
+              + ", ".join(f"{q} position(s) {wall[q] * 1e3:.1f} ms wall ({wall[q] / wall[1]:.2f}x), "
+                          f"{best[q] * 1e3:.1f} ms cpu ({best[q] / best[1]:.2f}x)" for q in queries),
               flush=True)
         llm.shutdown()
 
@@ -131,6 +134,10 @@ def main() -> None:
     ap.add_argument("--linear-backend", default="few-rows", choices=("torch", "few-rows"),
                     help="EngineConfig.linear_backend of every engine (few-rows: verify steps of k+1 rows cost "
                          "about one row's time)")
+    ap.add_argument("--decode-backend", default="layers", choices=("layers", "fused"),
+                    help="EngineConfig.decode_backend of every engine (fused: decode and verify steps of up to "
+                         "32 tokens run every layer in one native call)")
+    ap.add_argument("--weight-format", default="dtype", help="EngineConfig.weight_format of every engine")
     ap.add_argument("--cost-fit", default="grid", choices=("grid", "plane"),
                     help="EngineConfig.speculative_cost_fit of the speculative engine (auto's step cost model)")
     ap.add_argument("--draft-vocab", default="reduced", choices=("reduced", "full"),
@@ -139,10 +146,11 @@ def main() -> None:
                     help="verify-step: time one verify step of q positions against a decode step instead")
     args = ap.parse_args()
     if args.only == "verify-step":
-        verify_steps(args.threads, context=600, repeats=max(args.repeats, 6))
+        verify_steps(args.threads, context=600, repeats=max(args.repeats, 6), weight_format=args.weight_format)
         return
     base = {"num_threads": args.threads, "enable_prefix_caching": False, "max_num_batched_tokens": 2048,
-            "kv_cache_bytes": 256 << 20, "linear_backend": args.linear_backend}
+            "kv_cache_bytes": 256 << 20, "linear_backend": args.linear_backend,
+            "decode_backend": args.decode_backend, "weight_format": args.weight_format}
     off = LLM("smollm2", **base)
     sync = LLM("smollm2", async_scheduling=False, **base)
     spec = LLM("smollm2", speculative=args.drafter, num_speculative_tokens="auto",

@@ -1,6 +1,12 @@
 """The fused decode step of the Llama family (`EngineConfig.decode_backend = "fused"`): a decode-only step runs
 every decoder layer and the final norm in one native call (`llama_decode` in `llama_decode.c`), so Python issues a
-handful of calls per step instead of a dozen torch ops per layer. An fp32 LM head (the tied embedding table or
+handful of calls per step instead of a dozen torch ops per layer. A step of at most MAX_SHARED_ROWS tokens where a
+sequence brings several (a speculative verify step's k+1 positions, a short prefill) runs the same way, one row
+per token attending up to itself: each token's values are then bit for bit those of decoding it alone, so
+speculation on the fused step emits exactly what decoding emits, logprobs included. SmolLM2 fp32, batch 1, context
+600 (`python bench/speculative.py --only verify-step`): a decode step 35-54 ms fused against 94-135 ms layered;
+each further position ~6-9 ms fused (the products are compute-bound past one row: a pure multiply-add loop runs
+~18 GMAC/s on this machine's two cores), 8 positions 88-134 ms against 258-310 ms layered. An fp32 LM head (the tied embedding table or
 `lm_head`) runs through the same kernel's product (`FusedLlamaDecoder.logits`): torch's one-row product reads
 it at a third of the memory bandwidth.
 
@@ -28,6 +34,7 @@ from recipe.engine.layers.block_quant_linear import Q4_1Linear, Q8_0Linear
 from torch import nn
 
 _I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+MAX_SHARED_ROWS = 32  # steps with several tokens of a sequence (verify steps, short prefills) up to this size
 
 
 class _Linear(ctypes.Structure):
@@ -72,6 +79,10 @@ class FusedLlamaDecoder:
     def __init__(self, model: _Model, layers: Any, lib: ctypes.CDLL, hidden: int, head: _Linear | None) -> None:
         self._model, self._layers, self._lib, self.hidden, self._head = model, layers, lib, hidden, head
 
+    def applies(self, ctx: AttentionContext) -> bool:
+        """Whether the step runs fused: a decode batch, or at most MAX_SHARED_ROWS new tokens in all."""
+        return ctx.is_decode_only or len(ctx.slot_mapping) <= MAX_SHARED_ROWS
+
     @property
     def has_head(self) -> bool:
         """Whether `logits` applies: the model's LM head is a contiguous fp32 matrix (not a quantised head)."""
@@ -112,17 +123,28 @@ class FusedLlamaDecoder:
         return cls(desc, array, lib, c.hidden_size, head)
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
-        """x [B, hidden] (the step's embeddings; consumed), cos/sin [B, 1, head_dim / 2] -> final hidden [B, hidden]
-        (after the final norm). Every row is one decode token; ctx's block size must be the cache's."""
+        """x [N, hidden] (the step's embeddings; consumed), cos/sin [N, 1, head_dim / 2] -> final hidden [N, hidden]
+        (after the final norm); ctx's block size must be the cache's. A decode batch has one row per sequence;
+        a sequence with several new tokens (a verify step's k+1 positions, a short prefill) gives one row per
+        token, each attending to the context up to itself, so a token's values are computed as they are when
+        it is decoded alone."""
         b = x.shape[0]
         assert ctx.block_size == self._model.block_size and ctx.slot_mapping.shape[0] == b
         x = x.contiguous()
         cos, sin = cos.reshape(b, -1).contiguous(), sin.reshape(b, -1).contiguous()
-        tables, lens, slots = ctx.block_tables.contiguous(), ctx.context_lens.contiguous(), ctx.slot_mapping.contiguous()
+        shared = not ctx.is_decode_only
+        if shared:  # a row per token: its sequence's block table, its context up to itself
+            q = torch.tensor(ctx.query_lens)
+            tables = ctx.block_tables.repeat_interleave(q, dim=0)
+            ends = torch.tensor([c - n for n, c in zip(ctx.query_lens, ctx.context_lens_list, strict=True)])
+            lens = ends.repeat_interleave(q) + torch.cat([torch.arange(1, n + 1) for n in ctx.query_lens])
+        else:
+            tables, lens = ctx.block_tables.contiguous(), ctx.context_lens.contiguous()
+        slots = ctx.slot_mapping.contiguous()
         out = torch.empty_like(x)
         status = self._lib.llama_decode(ctypes.addressof(self._model), b, x.data_ptr(), cos.data_ptr(), sin.data_ptr(),
                                         slots.data_ptr(), tables.data_ptr(), tables.shape[1], lens.data_ptr(),
-                                        out.data_ptr())
+                                        int(shared), out.data_ptr())
         if status != 0:
             raise MemoryError("fused decode step: the native kernel could not allocate its scratch memory")
         return out

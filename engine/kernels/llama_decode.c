@@ -55,16 +55,58 @@ typedef struct {
     const float *final_norm;  /* NULL: the output is the last layer's residual stream */
 } RModel;
 
-/* y[m * ys + r] = output n + r of fp32 weight rows n..n+3 (fewer at the end): one accumulator per output, in order. */
+/* Horizontal sum of an accumulator, as every fp32 output finishes (the same for any batch). */
+#ifdef __AVX2__
+static inline float hsum8(__m256 a) { return dot_f32((const float *)&a, (const float[8]){1, 1, 1, 1, 1, 1, 1, 1}, 8); }
+#endif
+
+/* y[m * ys + r] = output n + r of fp32 weight rows n..n+3 (fewer at the end): one accumulator per output, in order.
+ * Rows of x go two at a time where there are two (a verify step's positions, a decode batch): eight independent
+ * accumulators hide the multiply-add's latency, and each weight vector loaded serves both rows, where one row at a
+ * time ran ~10 ms per extra SmolLM2 row on this CPU (latency-bound). Each output's operations are the same
+ * either way, so a row's result never depends on the batch. */
 static void f32_group(int64_t n, int64_t M, int64_t K, int64_t N, const float *w, const float *x, float *y, int64_t ys) {
     const int64_t nr = N - n < 4 ? N - n : 4;
     const float *w0 = w + n * K;
-    for (int64_t m = 0; m < M; m++) {
-        const float *xm = x + m * K;
-        if (nr < 4) {
-            for (int64_t r = 0; r < nr; r++) y[m * ys + r] = dot_f32(w0 + r * K, xm, K);
-            continue;
+    int64_t m = 0;
+    if (nr < 4) {
+        for (; m < M; m++)
+            for (int64_t r = 0; r < nr; r++) y[m * ys + r] = dot_f32(w0 + r * K, x + m * K, K);
+        return;
+    }
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    for (; m + 2 <= M; m += 2) {
+        const float *xa = x + m * K, *xb = xa + K;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+        int64_t i = 0;
+        for (; i + 8 <= K; i += 8) {
+            const __m256 xva = _mm256_loadu_ps(xa + i), xvb = _mm256_loadu_ps(xb + i);
+            const __m256 v0 = _mm256_loadu_ps(w0 + i), v1 = _mm256_loadu_ps(w0 + K + i);
+            const __m256 v2 = _mm256_loadu_ps(w0 + 2 * K + i), v3 = _mm256_loadu_ps(w0 + 3 * K + i);
+            a0 = _mm256_fmadd_ps(v0, xva, a0);
+            b0 = _mm256_fmadd_ps(v0, xvb, b0);
+            a1 = _mm256_fmadd_ps(v1, xva, a1);
+            b1 = _mm256_fmadd_ps(v1, xvb, b1);
+            a2 = _mm256_fmadd_ps(v2, xva, a2);
+            b2 = _mm256_fmadd_ps(v2, xvb, b2);
+            a3 = _mm256_fmadd_ps(v3, xva, a3);
+            b3 = _mm256_fmadd_ps(v3, xvb, b3);
         }
+        float s[4] = {hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3)}, t[4] = {hsum8(b0), hsum8(b1), hsum8(b2), hsum8(b3)};
+        for (; i < K; i++)
+            for (int r = 0; r < 4; r++) {
+                s[r] += w0[r * K + i] * xa[i];
+                t[r] += w0[r * K + i] * xb[i];
+            }
+        for (int r = 0; r < 4; r++) {
+            y[m * ys + r] = s[r];
+            y[(m + 1) * ys + r] = t[r];
+        }
+    }
+#endif
+    for (; m < M; m++) {
+        const float *xm = x + m * K;
         int64_t i = 0;
         float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #ifdef __AVX512F__
@@ -89,10 +131,10 @@ static void f32_group(int64_t n, int64_t M, int64_t K, int64_t N, const float *w
             a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + 2 * K + i), xv, a2);
             a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + 3 * K + i), xv, a3);
         }
-        s[0] = dot_f32((const float *)&a0, (const float[8]){1, 1, 1, 1, 1, 1, 1, 1}, 8);
-        s[1] = dot_f32((const float *)&a1, (const float[8]){1, 1, 1, 1, 1, 1, 1, 1}, 8);
-        s[2] = dot_f32((const float *)&a2, (const float[8]){1, 1, 1, 1, 1, 1, 1, 1}, 8);
-        s[3] = dot_f32((const float *)&a3, (const float[8]){1, 1, 1, 1, 1, 1, 1, 1}, 8);
+        s[0] = hsum8(a0);
+        s[1] = hsum8(a1);
+        s[2] = hsum8(a2);
+        s[3] = hsum8(a3);
 #endif
         for (; i < K; i++)
             for (int r = 0; r < 4; r++) s[r] += w0[r * K + i] * xm[i];
@@ -127,7 +169,8 @@ static void team_wait(SpinBarrier *b, int *sense) {
 /* One thread's scratch: its own copy of a linear's input where each thread computes it (a norm's output), the
  * input's Q8_0 blocks (q formats), and one group's outputs before they are written. */
 typedef struct {
-    float *h, *group;
+    _Alignas(64) float *h;  /* each thread's struct on cache lines of its own: `sense` is written at every barrier */
+    float *group;
     int8_t *xq;
     float *dx;
     int32_t *xs;
@@ -176,7 +219,8 @@ static void linear(const RLinear *L, const float *x, int64_t M, float *y, const 
 static Scratch *scratch_new(int threads, int64_t M, int64_t widest, int64_t hidden) {
     const int64_t nb = widest / QK + 1;
     const size_t per = sizeof(float) * (size_t)(M * hidden + M * 4 + 2 * M * nb) + (size_t)(M * widest) + 64;
-    Scratch *S = malloc(sizeof(Scratch) * (size_t)threads + sizeof(SpinBarrier) + per * (size_t)threads);
+    const size_t bytes = sizeof(Scratch) * (size_t)threads + sizeof(SpinBarrier) + per * (size_t)threads;
+    Scratch *S = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (S == NULL) return NULL;
     SpinBarrier *team = (SpinBarrier *)(S + threads);
     atomic_init(&team->count, 0);
@@ -224,12 +268,17 @@ static void rope_head(float *x, const float *c, const float *s, int64_t half) {
     }
 }
 
-/* One decode step of B rows through every layer. x [B, hidden] (the embeddings; overwritten by the residual
- * stream), cos/sin [B, head_dim / 2], slots [B] (where each row's new K/V goes), tables [B, table_stride]
- * (block ids), context_lens [B] (this token included), out [B, hidden]. Returns 0, or -1 when scratch memory
- * could not be had (nothing was written to the cache then). */
+/* One step of B rows (one new token each) through every layer. x [B, hidden] (the embeddings; overwritten by
+ * the residual stream), cos/sin [B, head_dim / 2], slots [B] (where each row's new K/V goes), tables
+ * [B, table_stride] (block ids), context_lens [B] (this token included), out [B, hidden]. `shared`: rows may
+ * read each other's new K/V (consecutive positions of one sequence, a speculative verify step or a short
+ * prefill: each row's context ends at its own token), so every row's K/V is written before any row attends (one
+ * barrier a layer more); 0: a decode batch of distinct sequences. Either way each row's values are computed by
+ * the same operations. Returns 0, or -1 when scratch memory could not be had (nothing was written to the cache
+ * then). */
 int llama_decode(const RModel *md, int64_t B, float *x, const float *cos, const float *sin, const int64_t *slots,
-                 const int64_t *tables, int64_t table_stride, const int64_t *context_lens, float *out) {
+                 const int64_t *tables, int64_t table_stride, const int64_t *context_lens, int64_t shared,
+                 float *out) {
     const int64_t H = md->hidden, D = md->head_dim, nh = md->heads, nkv = md->kv_heads, I = md->inter;
     const int64_t qn = nh * D, kvn = nkv * D, qkvn = qn + 2 * kvn, half = D / 2, group = nh / nkv;
     const int64_t widest = H > qn ? (H > I ? H : I) : (qn > I ? qn : I);
@@ -252,14 +301,27 @@ int llama_decode(const RModel *md, int64_t B, float *x, const float *cos, const 
             for (int64_t b = 0; b < B; b++) rms_norm_row(x + b * H, ly->ln1, H, md->eps, me->h + b * H);
             prepare(&ly->qkv, me->h, B, me);
             linear(&ly->qkv, me->h, B, qkv, NULL, me);
+            if (shared) {  /* every row's K/V is in the cache before any row attends */
+#pragma omp for schedule(static) nowait
+                for (int64_t item = 0; item < B * nkv; item++) {
+                    const int64_t b = item / nkv, g = item % nkv;
+                    float *k = qkv + b * qkvn + qn + g * D, *v = k + kvn;
+                    rope_head(k, cos + b * half, sin + b * half, half);
+                    memcpy(ly->k + slots[b] * kvn + g * D, k, sizeof(float) * (size_t)D);
+                    memcpy(ly->v + slots[b] * kvn + g * D, v, sizeof(float) * (size_t)D);
+                }
+                team_wait(me->team, &me->sense);
+            }
 #pragma omp for schedule(dynamic, 1) nowait
             for (int64_t item = 0; item < B * nkv; item++) {
                 const int64_t b = item / nkv, g = item % nkv;
                 float *row = qkv + b * qkvn, *q = row + g * group * D, *k = row + qn + g * D, *v = k + kvn;
                 for (int64_t j = 0; j < group; j++) rope_head(q + j * D, cos + b * half, sin + b * half, half);
-                rope_head(k, cos + b * half, sin + b * half, half);
-                memcpy(ly->k + slots[b] * kvn + g * D, k, sizeof(float) * (size_t)D);
-                memcpy(ly->v + slots[b] * kvn + g * D, v, sizeof(float) * (size_t)D);
+                if (!shared) {
+                    rope_head(k, cos + b * half, sin + b * half, half);
+                    memcpy(ly->k + slots[b] * kvn + g * D, k, sizeof(float) * (size_t)D);
+                    memcpy(ly->v + slots[b] * kvn + g * D, v, sizeof(float) * (size_t)D);
+                }
                 attend_item(q, ly->k, ly->v, tables + b * table_stride, context_lens[b], group, g, D, D,
                             md->block_size, kvn, D, kvn, D, md->scale, att + b * qn + g * group * D);
             }

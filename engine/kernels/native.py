@@ -33,7 +33,7 @@ SIGNATURES: dict[str, list[type]] = {
     "rms_norm": [_PTR, _PTR, _I64, _I64, _F32, _PTR],
     "paged_decode_attention": [_PTR, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _I64, _I64, _I64, _I64, _I64, _I64,
                                _I64, _I64, _I64, _F32, _PTR],
-    "llama_decode": [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR],
+    "llama_decode": [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _PTR],
     "fused_linear": [_PTR, _PTR, _I64, _PTR],
 }
 RESTYPES: dict[str, type | None] = {"llama_decode": ctypes.c_int, "fused_linear": ctypes.c_int}

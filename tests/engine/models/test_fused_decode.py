@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from model_driver import PagedDriver
 from recipe.engine import LLM, SamplingParams
 from recipe.engine.config import EngineConfig
-from recipe.engine.kernels.fused_llama import FusedLlamaDecoder
+from recipe.engine.kernels.fused_llama import MAX_SHARED_ROWS, FusedLlamaDecoder
 from recipe.engine.kernels.native import library
 from recipe.engine.layers.rmsnorm import RMSNorm
 from recipe.engine.models.base import DecoderLM
@@ -46,7 +46,8 @@ def _model(path: Path, fmt: str, backend: str, dtype: torch.dtype = torch.float3
 
 
 def _steps(drv: PagedDriver) -> list[torch.Tensor]:
-    """Prefills and mixed steps (layered either way) between decode-only steps of varied context lengths."""
+    """Prefills and mixed steps (fused: at most MAX_SHARED_ROWS tokens) between decode-only steps of varied
+    context lengths."""
     out = [drv.step([(0, PROMPT)]), drv.step([(1, PROMPT[:5])]), drv.step([(2, PROMPT[3:4])])]
     for t in range(5):
         out.append(drv.step([(0, [10 + t]), (1, [40 + t]), (2, [90 + t])]))
@@ -102,6 +103,41 @@ def test_fused_rows_equal_the_layered_path_and_ignore_the_batch(tiny_llama_dir: 
     torch.testing.assert_close(got["fused"], got["layers"], atol=TOLERANCE[fmt], rtol=0)
 
 
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10**6), block=st.sampled_from([1, 4, 16]), fmt=st.sampled_from(["dtype", "q8_0", "q4_1"]),
+       spans=st.lists(st.tuples(st.integers(1, 20), st.integers(1, 9)), min_size=1, max_size=4))
+def test_a_span_of_tokens_equals_decoding_them_one_at_a_time(tiny_llama_dir: Path, seed: int, block: int, fmt: str,
+                                                             spans: list[tuple[int, int]]) -> None:
+    """A step where sequences bring several new tokens each (a speculative verify step's k+1 positions, a short
+    prefill; random context lengths, span lengths, block tables): every token's fused hidden state is bit-identical
+    to the same token decoded alone after the ones before it, and its logits match the layered path's."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(3, 256, (n,), generator=g).tolist() for n, _ in spans]
+    news = [torch.randint(3, 256, (k,), generator=g).tolist() for _, k in spans]
+    assert sum(map(len, news)) <= MAX_SHARED_ROWS  # the whole step runs fused
+    got = {}
+    for backend in ("layers", "fused"):
+        model = _model(tiny_llama_dir, fmt, backend)
+        drv = PagedDriver(model, num_seqs=len(spans), max_len=32, block_size=block, shuffle_seed=seed,
+                          attention_backend="native")
+        for i, p in enumerate(prompts):
+            drv.step([(i, p)])
+        if backend == "layers":
+            got[backend] = drv.step(list(enumerate(news)))
+            continue
+        model.compute_logits = lambda h: h  # type: ignore[method-assign]
+        hidden = drv.step(list(enumerate(news)))
+        row = 0
+        for i, toks in enumerate(news):  # the same tokens again, one decode step each (their slots rewritten)
+            drv.lens[i] -= len(toks)
+            for t in toks:
+                assert torch.equal(drv.step([(i, [t])])[0], hidden[row])
+                row += 1
+        with torch.inference_mode():
+            got[backend] = type(model).compute_logits(model, hidden)
+    torch.testing.assert_close(got["fused"], got["layers"], atol=TOLERANCE[fmt], rtol=0)
+
+
 @pytest.mark.parametrize("fmt", ["dtype", "q8_0", "q4_1"])
 def test_engine_greedy_tokens_equal_with_the_fused_step_on_and_off(tiny_llama_dir: Path, fmt: str) -> None:
     """Continuous batching: more prompts than sequences per step, a small token budget (chunked prefills beside
@@ -123,6 +159,35 @@ def test_engine_greedy_tokens_equal_with_the_fused_step_on_and_off(tiny_llama_di
         for x, y in zip(a.new_logprobs, b.new_logprobs, strict=True):
             assert x is not None and y is not None
             assert x[0] == pytest.approx(y[0], abs=TOLERANCE[fmt])
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10**6), fmt=st.sampled_from(["dtype", "q8_0", "q4_1"]), k=st.sampled_from([1, 3, 6]),
+       n_prompts=st.integers(1, 4), block=st.sampled_from([2, 4, 16]))
+def test_speculation_on_the_fused_step_is_bit_identical_to_decoding(tiny_llama_dir: Path, seed: int, fmt: str, k: int,
+                                                                    n_prompts: int, block: int) -> None:
+    """With every step fused (at most MAX_SHARED_ROWS tokens a step), a verify step computes each position as a
+    decode step does: greedy tokens equal without speculation, and their logprobs equal bit for bit."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = []
+    for _ in range(n_prompts):  # pieces that recur, so prompt lookup drafts
+        piece = torch.randint(3, 256, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
+        prompts.append((piece * 4)[:13])
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, logprobs=2)
+    config = {"dtype": "float32", "num_threads": 2, "num_kv_blocks": 256, "block_size": block, "max_num_seqs": 4,
+              "max_num_batched_tokens": MAX_SHARED_ROWS, "weight_format": fmt, "attention_backend": "native",
+              "norm_backend": "native", "decode_backend": "fused", "enable_prefix_caching": False}
+    runs, accepted = [], 0
+    for spec in ({}, {"speculative": "ngram", "num_speculative_tokens": k}):
+        llm = LLM(str(tiny_llama_dir), **config, **spec)  # type: ignore[arg-type]
+        runs.append(llm.generate(prompts, params))
+        if spec:
+            accepted = llm.engine.stats().speculative.accepted_tokens
+        llm.shutdown()
+    ref, got = runs
+    assert [o.new_token_ids for o in got] == [o.new_token_ids for o in ref]
+    assert [o.new_logprobs for o in got] == [o.new_logprobs for o in ref]
+    assert accepted > 0  # drafts were verified and kept: the equality covers verify steps
 
 
 def test_where_the_fused_step_does_not_apply_the_layered_path_runs(tiny_llama_dir: Path, tiny_deepseek_dir: Path) -> None:
