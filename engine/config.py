@@ -76,7 +76,7 @@ class EngineConfig:
     moe_backend: str = "grouped"  # "loop": one matmul pair per expert
     norm_backend: str = "torch"  # "native": RMSNorm of fp32 rows in one native kernel call (engine/kernels)
     # "layers": each decoder layer's torch modules; "fused": a decode-only step of a Llama-family model, or any step
-    # of at most 32 tokens (a speculative verify step, a short prefill), runs all layers in one native call
+    # of at most 64 tokens (a speculative verify step, a short prefill), runs all layers in one native call
     # (engine/kernels/fused_llama.py; fp32 activations and KV, fp32/q8_0/q4_1 weights), else the layered path
     decode_backend: str = "layers"
     # "torch": every linear through F.linear; "few-rows": fp32 products of a few rows (a speculative verify
