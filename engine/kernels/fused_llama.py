@@ -6,9 +6,10 @@ per token attending up to itself: each token's values are then bit for bit those
 speculation on the fused step emits exactly what decoding emits, logprobs included. SmolLM2 fp32, batch 1, context
 600 (`python bench/speculative.py --only verify-step`): a decode step 35-54 ms fused against 94-135 ms layered;
 each further position ~6-9 ms fused (the products are compute-bound past one row: a pure multiply-add loop runs
-~18 GMAC/s on this machine's two cores), 8 positions 88-134 ms against 258-310 ms layered. An fp32 LM head (the tied embedding table or
-`lm_head`) runs through the same kernel's product (`FusedLlamaDecoder.logits`): torch's one-row product reads
-it at a third of the memory bandwidth.
+~18 GMAC/s on this machine's two cores), 8 positions 88-134 ms against 258-310 ms layered.
+
+An fp32 LM head (the tied embedding table or `lm_head`) runs through the same kernel's product
+(`FusedLlamaDecoder.logits`): torch's one-row product reads it at a third of the memory bandwidth.
 
 It computes what the layered path computes with `attention_backend="native"` and `norm_backend="native"`, in the
 same order: the q8_0/q4_1 products, RMSNorm, RoPE, the KV write and the attention are the same kernels (or the

@@ -62,9 +62,10 @@ static inline float hsum8(__m256 a) { return dot_f32((const float *)&a, (const f
 
 /* y[m * ys + r] = output n + r of fp32 weight rows n..n+3 (fewer at the end): one accumulator per output, in order.
  * Rows of x go two at a time where there are two (a verify step's positions, a decode batch): eight independent
- * accumulators hide the multiply-add's latency, and each weight vector loaded serves both rows, where one row at a
- * time ran ~10 ms per extra SmolLM2 row on this CPU (latency-bound). Each output's operations are the same
- * either way, so a row's result never depends on the batch. */
+ * accumulators, and each weight vector loaded serves both rows. Past one row these products are compute-bound:
+ * each further SmolLM2 row cost ~10 ms one at a time and ~7.5-9 ms two at a time (fused step, noisy machine), where
+ * a bare multiply-add loop reaches ~18 GMAC/s on this machine's two cores (~8 ms a row). Each output's operations
+ * are the same either way, so a row's result never depends on the batch. */
 static void f32_group(int64_t n, int64_t M, int64_t K, int64_t N, const float *w, const float *x, float *y, int64_t ys) {
     const int64_t nr = N - n < 4 ? N - n : 4;
     const float *w0 = w + n * K;

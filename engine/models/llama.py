@@ -101,9 +101,9 @@ class LlamaForCausalLM(DecoderLM):
 
     With `decode_backend = "fused"` (set by the model runner from `EngineConfig.decode_backend`), a decode-only
     step, or one of at most `MAX_SHARED_ROWS` tokens (a verify step, a short prefill), runs all layers in one
-    native call (`engine/kernels/fused_llama.py`) where that applies, and an fp32 LM
-    head runs through the same kernel's product on every step; every other step, and every model it cannot read,
-    takes the layered path and torch's head."""
+    native call (`engine/kernels/fused_llama.py`) where that applies, and an fp32 LM head runs through the same
+    kernel's product on every step; every other step, and every model it cannot read, takes the layered path and
+    torch's head."""
 
     def __init__(self, c: LlamaConfig) -> None:
         self.config = c
@@ -123,10 +123,10 @@ class LlamaForCausalLM(DecoderLM):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         fused = self._fused_decoder()
-        if fused is not None and fused.applies(get_context()):
+        if fused is not None and fused.applies(ctx := get_context()):
             x = self.embed_tokens(input_ids)
             cos, sin = self.rotary.cos_sin(positions, x.dtype)
-            return fused(x, cos, sin, get_context())
+            return fused(x, cos, sin, ctx)
         return super().forward(input_ids, positions)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
