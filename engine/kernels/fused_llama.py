@@ -124,25 +124,22 @@ class FusedLlamaDecoder:
             head = _Linear(0, weight.shape[0], weight.shape[1], weight.data_ptr(), None, None, None)
         return cls(desc, array, lib, c.hidden_size, head)
 
-    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
-        """x [N, hidden] (the step's embeddings; consumed), cos/sin [N, 1, head_dim / 2] -> final hidden [N, hidden]
-        (after the final norm); ctx's block size must be the cache's. A decode batch has one row per sequence;
-        a sequence with several new tokens (a verify step's k+1 positions, a short prefill) gives one row per
-        token, each attending to the context up to itself, so a token's values are computed as they are when
-        it is decoded alone."""
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                 ctx: AttentionContext) -> torch.Tensor:
+        """x [N, hidden] (the step's embeddings; consumed), cos/sin [N, 1, head_dim / 2], positions [N] -> final
+        hidden [N, hidden] (after the final norm); ctx's block size must be the cache's. Every row is one token
+        attending to its sequence's context up to itself (positions + 1 tokens): a decode batch has one row per
+        sequence; a sequence with several new tokens (a verify step's k+1 positions, a short prefill) one row per
+        token, so a token's values are computed as they are when it is decoded alone."""
         b = x.shape[0]
         assert ctx.block_size == self._model.block_size and ctx.slot_mapping.shape[0] == b
         x = x.contiguous()
         cos, sin = cos.reshape(b, -1).contiguous(), sin.reshape(b, -1).contiguous()
         shared = not ctx.is_decode_only
-        if shared:  # a row per token: its sequence's block table, its context up to itself
-            q = torch.tensor(ctx.query_lens)
-            tables = ctx.block_tables.repeat_interleave(q, dim=0)
-            ends = torch.tensor([c - n for n, c in zip(ctx.query_lens, ctx.context_lens_list, strict=True)])
-            lens = ends.repeat_interleave(q) + torch.cat([torch.arange(1, n + 1) for n in ctx.query_lens])
-        else:
-            tables, lens = ctx.block_tables.contiguous(), ctx.context_lens.contiguous()
-        slots = ctx.slot_mapping.contiguous()
+        tables = ctx.block_tables
+        if shared:  # a row per token: its sequence's block table
+            tables = tables.repeat_interleave(torch.tensor(ctx.query_lens), dim=0)
+        tables, lens, slots = tables.contiguous(), (positions.to(torch.int64) + 1).contiguous(), ctx.slot_mapping.contiguous()
         out = torch.empty_like(x)
         status = self._lib.llama_decode(ctypes.addressof(self._model), b, x.data_ptr(), cos.data_ptr(), sin.data_ptr(),
                                         slots.data_ptr(), tables.data_ptr(), tables.shape[1], lens.data_ptr(),

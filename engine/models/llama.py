@@ -126,7 +126,7 @@ class LlamaForCausalLM(DecoderLM):
         if fused is not None and fused.applies(ctx := get_context()):
             x = self.embed_tokens(input_ids)
             cos, sin = self.rotary.cos_sin(positions, x.dtype)
-            return fused(x, cos, sin, ctx)
+            return fused(x, cos, sin, positions, ctx)
         return super().forward(input_ids, positions)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
