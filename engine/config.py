@@ -131,6 +131,9 @@ class EngineConfig:
     # sequence's end, so a longer draft limit never changes a draft's first tokens (engine/speculative/ngram.py);
     # False: the latest occurrence followed by a whole draft, else the earliest (the earlier lookup)
     speculative_ngram_extend: bool = True
+    # "ngram": calibrate confidences per bucket of how far back the draft's occurrence matches (n below 8 tokens,
+    # then 8/16/32: a long copy is accepted far more often than a chance 4-gram); False: per matched n alone
+    speculative_ngram_match_buckets: bool = True
 
     def __post_init__(self) -> None:
         checks = [

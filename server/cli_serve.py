@@ -141,6 +141,10 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="ngram: continue after the latest occurrence, through the draft's own tokens past the end, "
                         "so a longer draft never changes its first tokens (default on; off: the latest occurrence "
                         "followed by a whole draft, else the earliest; EngineConfig.speculative_ngram_extend)")
+    g.add_argument("--speculative-ngram-match-buckets", action=argparse.BooleanOptionalAction, default=None,
+                   help="ngram: calibrate confidences by how far back the draft's occurrence matches (up to 32 "
+                        "tokens; default on; off: by the matched n-gram alone; "
+                        "EngineConfig.speculative_ngram_match_buckets)")
     g.add_argument("--weight-format", default=None, choices=("dtype", "int8", "int4", "q8_0", "q4_1"),
                    help="weights: dtype (default), int8/int4 (torch kernels), q8_0/q4_1 (native CPU kernels)")
     g.add_argument("--step-threads", default="auto", choices=("auto", "off"),
@@ -188,6 +192,7 @@ ENGINE_OPTIONS = {
     "speculative_hit_window": "speculative_hit_window", "speculative_pause_margin": "speculative_pause_margin",
     "speculative_offline_weight": "speculative_offline_weight",
     "speculative_price_drafting": "speculative_price_drafting", "speculative_ngram_extend": "speculative_ngram_extend",
+    "speculative_ngram_match_buckets": "speculative_ngram_match_buckets",
     "weight_format": "weight_format", "attention_backend": "attention_backend", "norm_backend": "norm_backend",
     "decode_backend": "decode_backend", "linear_backend": "linear_backend", "huge_pages": "huge_pages",
     "expert_parallel_size": "expert_parallel_size",

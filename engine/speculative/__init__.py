@@ -17,9 +17,10 @@ __all__ = ["Draft", "Drafter", "NgramDrafter", "SpecMetrics", "Speculator", "Ste
 
 
 def make_drafter(method: str, max_draft: int, model: Any, model_name: str, runner: Any,
-                 full_vocab: bool = False, offline_weight: float | None = None, ngram_extend: bool = True) -> Drafter:
+                 full_vocab: bool = False, offline_weight: float | None = None, ngram_extend: bool = True,
+                 ngram_match_buckets: bool = True) -> Drafter:
     if method == "ngram":
-        return NgramDrafter(max_draft, extend=ngram_extend)
+        return NgramDrafter(max_draft, extend=ngram_extend, match_buckets=ngram_match_buckets)
     if method == "draft-head":
         from recipe.engine.speculative.head_drafter import load_head_drafter
 
@@ -42,7 +43,8 @@ def build_speculator(config: Any, *, model: Any, runner: Any, run_on_model_threa
     drafter = make_drafter(config.speculative, max_draft, model, config.model, runner,
                            full_vocab=config.speculative_draft_vocab == "full",
                            offline_weight=config.speculative_offline_weight,
-                           ngram_extend=config.speculative_ngram_extend)
+                           ngram_extend=config.speculative_ngram_extend,
+                           ngram_match_buckets=config.speculative_ngram_match_buckets)
     cost = None
     if k == "auto":
         if config.speculative_cost_model is not None:

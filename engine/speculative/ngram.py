@@ -18,10 +18,22 @@ from recipe.engine.sequence import Sequence
 from recipe.engine.speculative.calibration import AcceptanceTable
 from recipe.engine.speculative.drafter import Draft
 
+MATCH_CAP = 32  # how far back `lookup` follows a match
+
+
+def matched_length(tokens: np.ndarray, start: int, cap: int = MATCH_CAP) -> int:
+    """How many tokens before `start` equal the sequence's last ones (at most `cap`)."""
+    size = min(start, cap)
+    earlier, last = tokens[start - size:start][::-1], tokens[len(tokens) - size:][::-1]
+    differ = np.flatnonzero(earlier != last)
+    return int(differ[0]) if differ.size else size
+
 
 def lookup(tokens: np.ndarray, max_len: int, min_ngram: int, max_ngram: int,
-           extend: bool = True) -> tuple[list[int], int]:
-    """(continuation of at most `max_len` tokens, matched n), or ([], 0) when no suffix recurs.
+           extend: bool = True) -> tuple[list[int], int, int]:
+    """(continuation of at most `max_len` tokens, matched n, matched length), or ([], 0, 0) when no suffix
+    recurs. The matched length follows the chosen occurrence further back than `max_ngram`, up to MATCH_CAP
+    tokens: a draft that continues a long copy is likelier to be accepted than one after a chance 4-gram.
 
     `extend`: continue after the latest occurrence, through the draft's own tokens past the sequence's end
     (always `max_len` tokens); False: the latest occurrence followed by a whole draft, else the earliest."""
@@ -36,19 +48,27 @@ def lookup(tokens: np.ndarray, max_len: int, min_ngram: int, max_ngram: int,
                 period = size - start  # past the end, the sequence goes on with the draft itself
                 while len(draft) < max_len:
                     draft.append(draft[len(draft) - period])
-                return draft, n
+                return draft, n, matched_length(tokens, start)
             full = hits[hits + n + max_len <= size]  # matches followed by a whole draft's worth of tokens
             start = int(full[-1] if full.size else hits[0]) + n
-            return tokens[start:start + max_len].tolist(), n
-    return [], 0
+            return tokens[start:start + max_len].tolist(), n, matched_length(tokens, start)
+    return [], 0, 0
+
+
+def match_bucket(n: int, matched: int) -> int:
+    """The calibration key: n, or for a match of 8 tokens or more its power of two (8, 16, 32)."""
+    return n if matched < 8 else 1 << (min(matched, MATCH_CAP).bit_length() - 1)
 
 
 class NgramDrafter:
-    """Confidences are per (matched n, position) acceptance rates of its own verified proposals."""
+    """Confidences are per (key, position) acceptance rates of its own verified proposals; the key is the
+    match's `match_bucket` (`match_buckets`), or the matched n alone (False, the earlier key)."""
 
-    def __init__(self, max_draft: int, min_ngram: int = 1, max_ngram: int = 4, extend: bool = True) -> None:
+    def __init__(self, max_draft: int, min_ngram: int = 1, max_ngram: int = 4, extend: bool = True,
+                 match_buckets: bool = True) -> None:
         assert 1 <= min_ngram <= max_ngram
         self.min_ngram, self.max_ngram, self.extend = min_ngram, max_ngram, extend
+        self.match_buckets = match_buckets
         self.table = AcceptanceTable(max(max_draft, 16))  # any length `use_length` may switch to
 
     def propose(self, seqs: list[Sequence], max_lens: list[int]) -> list[Draft]:
@@ -57,9 +77,10 @@ class NgramDrafter:
             if max_len <= 0:
                 out.append(Draft())
                 continue
-            ids, n = lookup(np.asarray(seq.token_ids, dtype=np.int64), max_len, self.min_ngram, self.max_ngram,
-                           self.extend)
-            out.append(Draft(ids, self.table.confidences(n, len(ids)), key=n))
+            ids, n, matched = lookup(np.asarray(seq.token_ids, dtype=np.int64), max_len, self.min_ngram,
+                                     self.max_ngram, self.extend)
+            key = match_bucket(n, matched) if self.match_buckets else n
+            out.append(Draft(ids, self.table.confidences(key, len(ids)), key=key))
         return out
 
     def observe(self, draft: Draft, num_accepted: int) -> None:

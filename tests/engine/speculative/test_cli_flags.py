@@ -40,6 +40,10 @@ def test_flags_map_to_the_engine_config() -> None:
     assert default.speculative_ngram_extend
     args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-ngram-extend"])
     assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_ngram_extend is False
+    assert default.speculative_ngram_match_buckets
+    args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-ngram-match-buckets"])
+    config_off = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
+    assert config_off.speculative_ngram_match_buckets is False
     assert (config.speculative_unverified_verdicts, config.speculative_hit_window,
             config.speculative_pause_margin) == (False, 5, 1.0)
 

@@ -33,7 +33,7 @@ def repetitive_prompts(n: int, seed: int) -> list[list[int]]:
 @settings(max_examples=14, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n_prompts=st.integers(1, 6), budget=st.sampled_from([5, 9, 64]),
        blocks=st.sampled_from([30, 256]), k=st.sampled_from([1, 2, 4, "auto"]),
-       drafter=st.sampled_from(["ngram", "ngram-earlier", "oracle-good", "oracle-bad"]), async_scheduling=st.booleans(),
+       drafter=st.sampled_from(["ngram", "ngram-earlier", "ngram-by-n", "oracle-good", "oracle-bad"]), async_scheduling=st.booleans(),
        prefix_caching=st.booleans(), n=st.sampled_from([1, 2]), stop=st.booleans(), logprobs=st.booleans())
 def test_greedy_output_is_identical_with_speculation_on_and_off(
         seed: int, n_prompts: int, budget: int, blocks: int, k: int | str, drafter: str, async_scheduling: bool,
@@ -48,7 +48,8 @@ def test_greedy_output_is_identical_with_speculation_on_and_off(
     expected = off.generate(prompts, params)
     off.shutdown()
     on = make_llm(MODEL, speculative="ngram", num_speculative_tokens=k,
-                  speculative_ngram_extend=drafter != "ngram-earlier", **config)
+                  speculative_ngram_extend=drafter != "ngram-earlier",
+                  speculative_ngram_match_buckets=drafter != "ngram-by-n", **config)
     if drafter.startswith("oracle"):
         use_drafter(on, OracleDrafter(MODEL, corrupt=0.1 if drafter == "oracle-good" else 0.6, seed=seed))
     got = on.generate(prompts, params)
