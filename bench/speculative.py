@@ -15,10 +15,15 @@ on this CPU where the layered path's cost is flat to ~5 positions and steep past
 Configurations: no speculation (the engine's default, asynchronous scheduling on), the drafter with a fixed
 k = 1..6, and k = auto (per sequence and step, from calibrated confidences and the start-up step cost model).
 Also: no speculation with asynchronous scheduling off ("off (sync)"), and, when `--ks` names "auto-sync", auto
-with `speculative_async` off (every speculative step synchronous, the switch's reference).
+with `speculative_async` off (every speculative step synchronous, the switch's reference); "auto-by-n", auto with
+`speculative_ngram_match_buckets` off (n-gram confidences keyed by the matched n alone, that switch's reference).
 Fairness: the configurations take turns within each round in an order that rotates from round to round (drift
 and bursts of load hit every configuration alike, not always the last ones); one warm-up round per workload and
-batch is excluded.
+batch is excluded. `--interleave slice` pairs them more closely: an engine per configuration (each with its own
+calibration), all given the round's requests at once and taking turns of `--slice` seconds of steps (each turn
+drained before the next engine's), each timed over its own turns; on this VM, whose speed drifts by tens of
+percent over seconds to minutes, it narrowed the paired auto-vs-fixed range from about -24%..+16% (request by
+request) to about +2%..+14% on the edit workload.
 Figures: median over rounds of output tok/s; "ratio", the median of the paired per-round ratios (the round's
 tok/s over the same round's no-speculation tok/s) and their range ("spread", min-max); the acceptance rate,
 the mean accepted length (tokens per speculating sequence-step), the mean chosen k, "cpu ratio" (this process's
@@ -93,6 +98,40 @@ def run(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> tuple[flo
 
 
 CPU_SECONDS: list[float] = []  # per `run`: CPU time of this process (all threads), less sensitive to others' load
+ROUND_IDS = itertools.count()
+
+
+def run_sliced(llms: dict[str, LLM], order: list[str], prompts: list[list[int]], params: SamplingParams,
+               slice_s: float) -> dict[str, tuple[float, int, list[tuple[int, ...]], float]]:
+    """Every configuration's engine runs the same requests, the engines taking turns of about `slice_s` seconds
+    of steps each (in `order`), so that the machine's drift in speed over seconds reaches them alike.
+
+    A turn ends with the engine's steps in flight drained, so no engine computes during another's turn.
+    Per configuration: (seconds of its own turns, output tokens, outputs in prompt order, CPU seconds of the
+    process during its turns)."""
+    tag = next(ROUND_IDS)
+    ids = {key: [f"r{tag}-{i}" for i in range(len(prompts))] for key in order}
+    tokens: dict[str, dict[str, list[int]]] = {key: {rid: [] for rid in ids[key]} for key in order}
+    busy, cpu = dict.fromkeys(order, 0.0), dict.fromkeys(order, 0.0)
+    for key in order:
+        for rid, prompt in zip(ids[key], prompts, strict=True):
+            llms[key].engine.add_request(rid, prompt, params)
+    live = list(order)
+    while live:
+        for key in list(live):
+            engine = llms[key].engine
+            t, c = time.perf_counter(), time.process_time()
+            while engine.has_unfinished_requests() and time.perf_counter() - t < slice_s:
+                for out in engine.step():
+                    tokens[key][out.request_id].extend(out.new_token_ids)
+            for out in engine.drain():
+                tokens[key][out.request_id].extend(out.new_token_ids)
+            busy[key] += time.perf_counter() - t
+            cpu[key] += time.process_time() - c
+            if not engine.has_unfinished_requests():
+                live.remove(key)
+    return {key: (busy[key], sum(len(v) for v in tokens[key].values()),
+                  [tuple(tokens[key][rid]) for rid in ids[key]], cpu[key]) for key in order}
 
 
 def verify_steps(threads: int, context: int, repeats: int, weight_format: str) -> None:
@@ -132,7 +171,9 @@ def main() -> None:
     ap.add_argument("--drafter", default="ngram", choices=("ngram", "draft-head"))
     ap.add_argument("--batches", default="1,8", help="concurrent requests")
     ap.add_argument("--workloads", default="edit,chat,json")
-    ap.add_argument("--ks", default="1,2,3,4,5,6,auto", help="speculation configurations: fixed k, auto, auto-sync (auto, every step synchronous)")
+    ap.add_argument("--ks", default="1,2,3,4,5,6,auto", help="speculation configurations: fixed k, auto, auto-sync "
+                    "(auto, every step synchronous), auto-by-n (auto, n-gram confidences keyed by the matched n "
+                    "alone: speculative_ngram_match_buckets off; with --interleave slice)")
     ap.add_argument("--repeats", type=int, default=1, help="timed rounds (fresh prompts each)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--linear-backend", default="few-rows", choices=("torch", "few-rows"),
@@ -146,6 +187,11 @@ def main() -> None:
                     help="EngineConfig.speculative_cost_fit of the speculative engine (auto's step cost model)")
     ap.add_argument("--draft-vocab", default="reduced", choices=("reduced", "full"),
                     help="EngineConfig.speculative_draft_vocab (draft-head: the head's frequency-ranked vocabulary)")
+    ap.add_argument("--interleave", default="request", choices=("request", "slice"),
+                    help="request: configurations take turns request by request on one speculative engine whose "
+                         "draft length is switched; slice: an engine per configuration, all running the round's "
+                         "requests at once and taking turns of --slice seconds of steps (paired at a finer grain)")
+    ap.add_argument("--slice", type=float, default=0.25, help="seconds of steps per turn with --interleave slice")
     ap.add_argument("--only", choices=("speed", "verify-step"), default="speed",
                     help="verify-step: time one verify step of q positions against a decode step instead")
     args = ap.parse_args()
@@ -157,11 +203,23 @@ def main() -> None:
             "decode_backend": args.decode_backend, "weight_format": args.weight_format}
     off = LLM("smollm2", **base)
     sync = LLM("smollm2", async_scheduling=False, **base)
-    spec = LLM("smollm2", speculative=args.drafter, num_speculative_tokens="auto",
-               speculative_cost_fit=args.cost_fit, speculative_draft_vocab=args.draft_vocab, **base)
+    spec_config = {"speculative": args.drafter, "speculative_cost_fit": args.cost_fit,
+                   "speculative_draft_vocab": args.draft_vocab, **base}
+    spec = LLM("smollm2", num_speculative_tokens="auto", **spec_config)
     print(f"step cost model (profiled at start-up): {spec.engine.speculator.cost}")
     overlap = spec.engine.async_scheduling
-    ks: list[int | str] = [k if k in ("auto", "auto-sync") else int(k) for k in args.ks.split(",")]
+    ks: list[int | str] = [k if k in ("auto", "auto-sync", "auto-by-n") else int(k) for k in args.ks.split(",")]
+    sliced: dict[str, LLM] = {}  # --interleave slice: an engine per configuration
+    if args.interleave == "slice":
+        sliced = {"off": off, "off (sync)": sync, "k=auto": spec}
+        for k in ks:
+            variant = {"auto-sync": {"speculative_async": False},
+                       "auto-by-n": {"speculative_ngram_match_buckets": False}}.get(str(k))
+            if k != "auto":
+                sliced[f"k={k}"] = LLM("smollm2", num_speculative_tokens="auto" if variant is not None else k,
+                                       **spec_config | (variant or {}))
+    elif "auto-by-n" in ks:
+        ap.error("auto-by-n needs --interleave slice (an engine of its own: its calibration keys differ)")
     tok = spec.tokenizer
     loads = workloads(tok)
     for name in args.workloads.split(","):
@@ -180,7 +238,21 @@ def main() -> None:
             for r in range(args.repeats + 1):  # round 0: warm-up (excluded); it also starts the calibration
                 prompts = fresh()
                 shift = r % len(configs)
-                for key in configs[shift:] + configs[:shift]:  # every round another configuration goes first
+                order = configs[shift:] + configs[:shift]  # every round another configuration goes first
+                if sliced:
+                    befores = {key: sliced[key].engine.stats().speculative for key in configs}
+                    results = run_sliced(sliced, order, prompts, params, args.slice)
+                    if r == 0:
+                        continue
+                    for key in configs:
+                        seconds, n, outs, cpu = results[key]
+                        rates[key].append(n / seconds)
+                        cpus[key].append(cpu)
+                        outputs[key].append(outs)
+                        if befores[key] is not None:
+                            stats.setdefault(key, []).append((befores[key], sliced[key].engine.stats().speculative))
+                    continue
+                for key in order:
                     llm, k = {"off": (off, None), "off (sync)": (sync, None)}.get(key, (spec, key[2:]))
                     if k is not None:
                         spec.engine.speculator.use_length("auto" if k == "auto-sync" else k)
@@ -219,7 +291,7 @@ def main() -> None:
                     line += f"{acc / max(a, 1):8.2f}{1 + acc / max(d, 1):10.2f}{chosen:8.2f}{cpu:10.2f}  {same}"
                 print(line, flush=True)
             fixed = [key for key in configs if key[2:].isdigit()]
-            for auto in ("k=auto", "k=auto-sync"):
+            for auto in ("k=auto", "k=auto-sync", "k=auto-by-n"):
                 if fixed and auto in configs:
                     best = max(fixed, key=lambda key: statistics.median(ratios[key]))
                     paired = [x / y - 1 for x, y in zip(rates[auto], rates[best], strict=True)]
@@ -230,7 +302,7 @@ def main() -> None:
                 paired = [x / y - 1 for x, y in zip(rates["k=auto"], rates["k=auto-sync"], strict=True)]
                 print(f"  auto vs auto-sync: {statistics.median(paired):+.1%} (paired per round, "
                       f"{min(paired):+.1%} to {max(paired):+.1%})", flush=True)
-    for llm in (off, sync, spec):
+    for llm in {id(x): x for x in (off, sync, spec, *sliced.values())}.values():
         llm.shutdown()
 
 
