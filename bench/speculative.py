@@ -23,7 +23,9 @@ batch is excluded. `--interleave slice` pairs them more closely: an engine per c
 calibration), all given the round's requests at once and taking turns of `--slice` seconds of steps (each turn
 drained before the next engine's), each timed over its own turns; on this VM, whose speed drifts by tens of
 percent over seconds to minutes, it narrowed the paired auto-vs-fixed range from about -24%..+16% (request by
-request) to about +2%..+14% on the edit workload.
+request) to about +2%..+14% on the edit workload. It compares different engines, though: in one run of four an
+engine ran ~15% slower than its peers for the whole run ("off (sync)" at 0.85x in every round; identical engines
+agreed within 3% in a probe right after), which pairing in time cannot remove.
 Figures: median over rounds of output tok/s; "ratio", the median of the paired per-round ratios (the round's
 tok/s over the same round's no-speculation tok/s) and their range ("spread", min-max); the acceptance rate,
 the mean accepted length (tokens per speculating sequence-step), the mean chosen k, "cpu ratio" (this process's
