@@ -25,7 +25,10 @@ drained before the next engine's), each timed over its own turns; on this VM, wh
 percent over seconds to minutes, it narrowed the paired auto-vs-fixed range from about -24%..+16% (request by
 request) to about +2%..+14% on the edit workload. It compares different engines, though: in one run of four an
 engine ran ~15% slower than its peers for the whole run ("off (sync)" at 0.85x in every round; identical engines
-agreed within 3% in a probe right after), which pairing in time cannot remove.
+agreed within 3% in a probe right after), which pairing in time cannot remove. So the fixed-k and auto
+configurations rotate over their engines (all built as auto, switched with `use_length`, so their calibrations
+carry over between configurations as the request-mode engine's does): with `--repeats` a multiple of their number
+each runs on every engine equally often. "off", "off (sync)" and the variants keep their own engines.
 Figures: median over rounds of output tok/s; "ratio", the median of the paired per-round ratios (the round's
 tok/s over the same round's no-speculation tok/s) and their range ("spread", min-max); the acceptance rate,
 the mean accepted length (tokens per speculating sequence-step), the mean chosen k, "cpu ratio" (this process's
@@ -212,14 +215,17 @@ def main() -> None:
     overlap = spec.engine.async_scheduling
     ks: list[int | str] = [k if k in ("auto", "auto-sync", "auto-by-n") else int(k) for k in args.ks.split(",")]
     sliced: dict[str, LLM] = {}  # --interleave slice: an engine per configuration
+    rotating: list[str] = []  # fixed k and auto: their engines swap configurations from round to round
     if args.interleave == "slice":
-        sliced = {"off": off, "off (sync)": sync, "k=auto": spec}
+        sliced = {"off": off, "off (sync)": sync}
+        rotating = [f"k={k}" for k in ks if k == "auto" or isinstance(k, int)]
+        for i, key in enumerate(rotating):
+            sliced[key] = spec if i == 0 else LLM("smollm2", num_speculative_tokens="auto", **spec_config)
         for k in ks:
             variant = {"auto-sync": {"speculative_async": False},
                        "auto-by-n": {"speculative_ngram_match_buckets": False}}.get(str(k))
-            if k != "auto":
-                sliced[f"k={k}"] = LLM("smollm2", num_speculative_tokens="auto" if variant is not None else k,
-                                       **spec_config | (variant or {}))
+            if variant is not None:
+                sliced[f"k={k}"] = LLM("smollm2", num_speculative_tokens="auto", **spec_config | variant)
     elif "auto-by-n" in ks:
         ap.error("auto-by-n needs --interleave slice (an engine of its own: its calibration keys differ)")
     tok = spec.tokenizer
@@ -242,8 +248,14 @@ def main() -> None:
                 shift = r % len(configs)
                 order = configs[shift:] + configs[:shift]  # every round another configuration goes first
                 if sliced:
-                    befores = {key: sliced[key].engine.stats().speculative for key in configs}
-                    results = run_sliced(sliced, order, prompts, params, args.slice)
+                    # round r runs rotating configuration i on the engine of configuration i + r: over as many
+                    # rounds as there are such engines each runs on each, so no engine's own speed favours one
+                    engines = dict(sliced)
+                    for i, key in enumerate(rotating):
+                        engines[key] = sliced[rotating[(i + r) % len(rotating)]]
+                        engines[key].engine.speculator.use_length(key[2:] if key == "k=auto" else int(key[2:]))
+                    befores = {key: engines[key].engine.stats().speculative for key in configs}
+                    results = run_sliced(engines, order, prompts, params, args.slice)
                     if r == 0:
                         continue
                     for key in configs:
@@ -252,7 +264,7 @@ def main() -> None:
                         cpus[key].append(cpu)
                         outputs[key].append(outs)
                         if befores[key] is not None:
-                            stats.setdefault(key, []).append((befores[key], sliced[key].engine.stats().speculative))
+                            stats.setdefault(key, []).append((befores[key], engines[key].engine.stats().speculative))
                     continue
                 for key in order:
                     llm, k = {"off": (off, None), "off (sync)": (sync, None)}.get(key, (spec, key[2:]))
