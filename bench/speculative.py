@@ -253,7 +253,7 @@ def main() -> None:
                     engines = dict(sliced)
                     for i, key in enumerate(rotating):
                         engines[key] = sliced[rotating[(i + r) % len(rotating)]]
-                        engines[key].engine.speculator.use_length(key[2:] if key == "k=auto" else int(key[2:]))
+                        engines[key].engine.speculator.use_length(key[2:])  # "auto" or a fixed k
                     befores = {key: engines[key].engine.stats().speculative for key in configs}
                     results = run_sliced(engines, order, prompts, params, args.slice)
                     if r == 0:
