@@ -139,11 +139,14 @@ def test_responses_create_stream_retrieve_continue(oa: openai.OpenAI) -> None:
     assert oa.responses.retrieve(second.id).previous_response_id == first.id
 
 
-def _wait_idle(engine_backend, seconds: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    """Until the engine runs and queues no request (an earlier client's may still be finishing)."""
+def _wait_idle(engine_backend, seconds: float = 120.0) -> None:  # type: ignore[no-untyped-def]
+    """Until the engine runs and queues no request (an earlier client's may still be finishing); fails rather than
+    going on beside one (a default-suite run under a concurrent build went on after 5 s and read 4 tokens against 3)."""
     deadline = time.time() + seconds
     while (engine_backend.stats().running or engine_backend.stats().waiting) and time.time() < deadline:
         time.sleep(0.02)
+    stats = engine_backend.stats()
+    assert not (stats.running or stats.waiting), f"the engine is still busy after {seconds} s: {stats}"
 
 
 def test_messages_create_stream_tools_thinking_and_count(an: anthropic.Anthropic, engine_backend) -> None:  # type: ignore[no-untyped-def]
