@@ -163,7 +163,7 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                         "EngineConfig.huge_pages)")
     g.add_argument("--decode-backend", default=None, choices=("layers", "fused"),
                    help="decode-only steps of Llama models: per-layer modules, or all layers in one native call "
-                        "(EngineConfig.decode_backend)")
+                        "(EngineConfig.decode_backend; default fused)")
 
 
 def positive_int(value: str) -> int:

@@ -131,7 +131,9 @@ static void f32_group(int64_t n, int64_t M, int64_t K, int64_t N, const float *w
         for (; i + 8 <= K; i += 8) {
             const __m256 xv = _mm256_loadu_ps(xm + i);
             /* the next group's first row (rows n+4.., usually this thread's next group under the guided runs): the
-             * hardware prefetcher follows the four streams but starts each new row cold */
+             * hardware prefetcher follows the four streams but starts each new row cold. SmolLM2 fp32 batch 1,
+             * quiet, alternating builds: 72% -> 75-76% of the read-bandwidth roofline (prefetching all four next
+             * rows, or the current rows further ahead, measured worse in a C probe) */
             _mm_prefetch((const char *)(w0 + 4 * K + i), _MM_HINT_T0);
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i), xv, a0);
             a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + K + i), xv, a1);

@@ -19,7 +19,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from model_driver import PagedDriver
+from model_driver import PagedDriver, hf_logits
 from recipe.engine import LLM, SamplingParams
 from recipe.engine.config import EngineConfig
 from recipe.engine.kernels.fused_llama import MAX_SHARED_ROWS, FusedLlamaDecoder
@@ -70,6 +70,27 @@ def test_fused_decode_equals_the_layered_path(fixture: str, fmt: str, request: p
     for ref, got in zip(*runs, strict=True):
         torch.testing.assert_close(got, ref, atol=TOLERANCE[fmt], rtol=0)
         assert torch.equal(got.argmax(-1), ref.argmax(-1))
+
+
+@pytest.mark.parametrize("fixture", ["tiny_llama_dir", "tiny_llama_variant_dir"])
+@pytest.mark.parametrize("prompt_len", [13, 80])
+def test_the_fused_step_matches_transformers(fixture: str, prompt_len: int, request: pytest.FixtureRequest) -> None:
+    """The oracle for the engine's default decode backend: a prefill (fused up to MAX_SHARED_ROWS tokens, layered
+    past it), then every decode step fused, logits within 1e-4 of `transformers` on the same checkpoint (the
+    variant: tied embeddings, biases, llama3 RoPE past its original context)."""
+    from transformers import LlamaForCausalLM
+
+    path = request.getfixturevalue(fixture)
+    hf = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tokens = [(7 * i + 3) % 256 for i in range(prompt_len + 10)]
+    ref = hf_logits(hf, tokens)
+    model, _ = load_model(path)
+    model.decode_backend = "fused"
+    drv = PagedDriver(model, num_seqs=1, max_len=96)
+    torch.testing.assert_close(drv.step([(0, tokens[:prompt_len])]), ref[:prompt_len], atol=1e-4, rtol=0)
+    assert isinstance(model._fused, FusedLlamaDecoder)
+    for i in range(prompt_len, len(tokens)):
+        torch.testing.assert_close(drv.step([(0, [tokens[i]])])[0], ref[i], atol=1e-4, rtol=0)
 
 
 @settings(max_examples=25, deadline=None)
