@@ -14,7 +14,7 @@ Figures (medians over --repeats runs; every timed run gets a fresh random prompt
   overhead batch-1 decode ms per step of SmolLM2 cut to --overhead-layers layer(s): what a step costs besides
            reading the weights, with the reference paths (SDPA loop, torch RMSNorm) vs the native kernels
   scaling  aggregate decode tok/s at 1, 8, 32, 64 concurrent sequences and the ratio to batch 1, per attention
-           backend (--scaling-backends; `fused` is native attention with the fused decode step)
+           backend on the layered step (--scaling-backends; `fused` is native attention with the fused decode step)
   prefill  tok/s of a fresh 2K-token prompt (TTFT) vs llama.cpp and `transformers`
   quality  per weight format: greedy agreement with fp32 over 64 tokens on chat prompts, perplexity on a fixed text
   mixed    useful output tokens/s on a seeded workload of varied prompt/output lengths: `transformers` in static
@@ -212,9 +212,11 @@ def bench_overhead(args: argparse.Namespace) -> None:
     g = torch.Generator().manual_seed(7)
     prompts = [random_prompt(g, args.batch1_prompt, 49152) for _ in range(args.repeats + 1)]
     variants = {
-        f"reference {args.dtype}": ("dtype", {"attention_backend": "reference", "norm_backend": "torch"}),
-        f"native {args.dtype}": ("dtype", {"attention_backend": "native", "norm_backend": "native"}),
-        "native q4_1": ("q4_1", {"attention_backend": "native", "norm_backend": "native"}),
+        f"reference {args.dtype}": ("dtype", {"attention_backend": "reference", "norm_backend": "torch",
+                                              "decode_backend": "layers"}),
+        f"native {args.dtype}": ("dtype", {"attention_backend": "native", "norm_backend": "native",
+                                           "decode_backend": "layers"}),
+        "native q4_1": ("q4_1", {"attention_backend": "native", "norm_backend": "native", "decode_backend": "layers"}),
         "native q4_1 fused": ("q4_1", {"attention_backend": "native", "norm_backend": "native",
                                        "decode_backend": "fused"}),
     }
@@ -244,7 +246,7 @@ def bench_scaling(args: argparse.Namespace) -> None:
     backends = args.scaling_backends.split(",")
     llms = {b: recipe_llm(args, fmt, enable_prefix_caching=False, max_num_seqs=max(args.scaling),
                           **({"attention_backend": "native", "decode_backend": "fused"} if b == "fused"
-                             else {"attention_backend": b}))
+                             else {"attention_backend": b, "decode_backend": "layers"}))
             for b in backends}
     for llm in llms.values():
         llm.generate(random_prompt(g, 16, 49152), SamplingParams(temperature=0.0, max_tokens=4))

@@ -78,9 +78,9 @@ class EngineConfig:
     # "layers": each decoder layer's torch modules; "fused": a decode-only step of a Llama-family model, or any step
     # of at most 64 tokens (a speculative verify step, a short prefill), runs all layers in one native call
     # (engine/kernels/fused_llama.py; fp32 activations and KV, fp32/q8_0/q4_1 weights), else the layered path.
-    # The default: SmolLM2 batch-1 decode ran 1.8-2.5x as fast fused as layered (fp32 and q4_1; README, engine
-    # rows), and a row's values do not depend on the rest of the batch; "layers" is its off switch (tests prove
-    # the two equal)
+    # The default: SmolLM2 decode ran 1.8-2.5x as fast fused as layered at batch 1 (fp32 and q4_1) and 2.0-3.9x at
+    # 8-64 sequences (fp32; README, engine rows), and a row's values do not depend on the rest of the batch;
+    # "layers" is its off switch (tests prove the two equal)
     decode_backend: str = "fused"
     # "torch": every linear through F.linear; "few-rows": fp32 products of a few rows (a speculative verify
     # step, a small decode batch) weight-major, W @ x^T, which costs about one row's time where MKL's x @ W^T
