@@ -141,7 +141,8 @@ def test_responses_create_stream_retrieve_continue(oa: openai.OpenAI) -> None:
 
 def _wait_idle(engine_backend, seconds: float = 120.0) -> None:  # type: ignore[no-untyped-def]
     """Until the engine runs and queues no request (an earlier client's may still be finishing); fails rather than
-    going on beside one (a default-suite run under a concurrent build went on after 5 s and read 4 tokens against 3)."""
+    going on beside one (with a 5 s limit and no check, a default-suite run under a concurrent build read 4 tokens
+    against 3 below; a request still beside it is the likely cause, not established)."""
     deadline = time.time() + seconds
     while (engine_backend.stats().running or engine_backend.stats().waiting) and time.time() < deadline:
         time.sleep(0.02)
@@ -153,7 +154,7 @@ def test_messages_create_stream_tools_thinking_and_count(an: anthropic.Anthropic
     base = {"model": MODEL, "max_tokens": 4, "extra_body": {"temperature": 0.0},
             "messages": [{"role": "user", "content": "Name a color."}]}
     for thinking in ({"type": "disabled"}, {"type": "enabled", "budget_tokens": 1024}):
-        # each greedy run alone in the engine: the default (layered) path's products depend on the batch. Without
+        # each greedy run alone in the engine: the layered path's products depend on the batch. Without
         # the waits one default-suite run read "Alec." in 4 tokens, then 2 (a request still in flight is the likely
         # cause; not established)
         _wait_idle(engine_backend)
