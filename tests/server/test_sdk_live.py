@@ -144,10 +144,9 @@ def _wait_idle(engine_backend, seconds: float = 120.0) -> None:  # type: ignore[
     going on beside one (with a 5 s limit and no check, a default-suite run under a concurrent build read 4 tokens
     against 3 below; a request still beside it is the likely cause, not established)."""
     deadline = time.time() + seconds
-    while (engine_backend.stats().running or engine_backend.stats().waiting) and time.time() < deadline:
+    while (stats := engine_backend.stats()).running or stats.waiting:
+        assert time.time() < deadline, f"the engine is still busy after {seconds} s: {stats}"
         time.sleep(0.02)
-    stats = engine_backend.stats()
-    assert not (stats.running or stats.waiting), f"the engine is still busy after {seconds} s: {stats}"
 
 
 def test_messages_create_stream_tools_thinking_and_count(an: anthropic.Anthropic, engine_backend) -> None:  # type: ignore[no-untyped-def]
