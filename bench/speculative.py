@@ -10,8 +10,9 @@ ratios are paired; prefix caching is off on every engine, so no configuration re
   json  answers constrained to a JSON schema
 Every engine runs the same paths (`--decode-backend`, `--weight-format`, `--linear-backend`); with
 `--decode-backend fused` a verify step of up to 64 tokens runs in the fused native step, which computes each
-position as decoding it alone (the outputs then equal bit for bit), and costs ~0.2 of a decode step per position
-on this CPU where the layered path's cost is flat to ~5 positions and steep past them.
+position as decoding it alone (the outputs then equal bit for bit); on this CPU a second position costs ~0.02-0.1
+of a decode step (its products prefetch the weights) and each further one ~0.2, where the layered path's cost is
+flat to ~5 positions and steep past them.
 Configurations: no speculation (the engine's default, asynchronous scheduling on), the drafter with a fixed
 k = 1..6, and k = auto (per sequence and step, from calibrated confidences and the start-up step cost model).
 Also: no speculation with asynchronous scheduling off ("off (sync)"), and, when `--ks` names "auto-sync", auto

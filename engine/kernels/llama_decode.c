@@ -62,10 +62,11 @@ static inline float hsum8(__m256 a) { return dot_f32((const float *)&a, (const f
 
 /* y[m * ys + r] = output n + r of fp32 weight rows n..n+3 (fewer at the end): one accumulator per output, in order.
  * Rows of x go two at a time where there are two (a verify step's positions, a decode batch): eight independent
- * accumulators, and each weight vector loaded serves both rows. Past one row these products are compute-bound:
- * each further SmolLM2 row cost ~10 ms one at a time and ~7.5-9 ms two at a time (fused step, noisy machine), where
- * a bare multiply-add loop reaches ~18 GMAC/s on this machine's two cores (~8 ms a row). Each output's operations
- * are the same either way, so a row's result never depends on the batch. */
+ * accumulators, and each weight vector loaded serves both rows. The first pair's pass streams the group from memory
+ * and prefetches rows n+4 and n+6 of the next group as the one-row loop does; without that a second SmolLM2 row cost
+ * ~0.28 of a batch-1 step (~7 ms: the core waited on the weights, then computed), with it ~0.02-0.1 (probe steps
+ * at contexts 32 and 600, alternating builds). Each output's operations are the same either way, so a row's result
+ * never depends on the batch. */
 static void f32_group(int64_t n, int64_t M, int64_t K, int64_t N, const float *w, const float *x, float *y, int64_t ys) {
     const int64_t nr = N - n < 4 ? N - n : 4;
     const float *w0 = w + n * K;
@@ -83,6 +84,10 @@ static void f32_group(int64_t n, int64_t M, int64_t K, int64_t N, const float *w
         int64_t i = 0;
         for (; i + 8 <= K; i += 8) {
             const __m256 xva = _mm256_loadu_ps(xa + i), xvb = _mm256_loadu_ps(xb + i);
+            if (m == 0) {
+                _mm_prefetch((const char *)(w0 + 4 * K + i), _MM_HINT_T0);
+                _mm_prefetch((const char *)(w0 + 6 * K + i), _MM_HINT_T0);
+            }
             __m256 v0 = _mm256_loadu_ps(w0 + i), v1 = _mm256_loadu_ps(w0 + K + i);
             __m256 v2 = _mm256_loadu_ps(w0 + 2 * K + i), v3 = _mm256_loadu_ps(w0 + 3 * K + i);
             /* kept in registers: left to itself the compiler folds each weight load into both rows' multiply-adds
@@ -130,11 +135,13 @@ static void f32_group(int64_t n, int64_t M, int64_t K, int64_t N, const float *w
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
         for (; i + 8 <= K; i += 8) {
             const __m256 xv = _mm256_loadu_ps(xm + i);
-            /* the next group's first row (rows n+4.., usually this thread's next group under the guided runs): the
+            /* the next group's rows n+4 and n+6 (usually this thread's next group under the guided runs): the
              * hardware prefetcher follows the four streams but starts each new row cold. SmolLM2 fp32 batch 1,
-             * quiet, alternating builds: 72% -> 75-76% of the read-bandwidth roofline (prefetching all four next
-             * rows, or the current rows further ahead, measured worse in a C probe) */
+             * quiet, alternating builds: 72% -> 75-76% of the read-bandwidth roofline with row n+4 alone; n+6 too
+             * took a probe step from ~24.4 to ~23.2 ms (all four next rows, or the current rows further ahead,
+             * measured worse in a C probe) */
             _mm_prefetch((const char *)(w0 + 4 * K + i), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w0 + 6 * K + i), _MM_HINT_T0);
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i), xv, a0);
             a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + K + i), xv, a1);
             a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + 2 * K + i), xv, a2);
