@@ -3,19 +3,21 @@
     python scripts/train_draft_head.py                 # writes engine/speculative/weights/smollm2_draft_head.safetensors
     python scripts/train_draft_head.py --minutes 2     # a shorter training budget
 
-1. Corpus, built here: chat questions (60 subjects, each asked five ways: most of the corpus, as chat is most of
-   the traffic), code-rewrite requests over this repository's tests/ files (the benchmark uses the other folders),
-   and JSON requests; SmolLM2 answers each greedily (the engine, no speculation).
-2. Teacher forcing: one forward over each prompt + answer gives the final hidden state h_t of every position;
-   the head learns (h_t, embedding of x_{t+1}) -> h_{t+1} (smooth L1) and, through the frozen LM head, the
-   model's greedy token at t+2 (cross-entropy on a sample of each batch, the LM head being the costly part).
+1. Corpus, built here: chat questions (60 subjects, each asked five ways, and `--chat-prompts` more drawn from
+   `draft_head_subjects.txt` under ten phrasings: most of the corpus, as chat is most of the traffic), code-rewrite
+   requests over this repository's tests/ files (the benchmark uses the other folders), and JSON requests; SmolLM2
+   answers each greedily (the engine, no speculation), and the engine's `hidden_sink` keeps the final hidden state
+   behind every answer token as it is computed, so the training pairs need no second pass over the text.
+2. Training pairs at answer positions (where the engine drafts): the head learns (h_t, embedding of x_{t+1}) ->
+   h_{t+1} (smooth L1) and, through the frozen LM head, the model's greedy token at t+2 (cross-entropy on a sample
+   of each batch, the LM head being the costly part).
 3. Draft vocabulary (`--draft-vocab N`, FR-Spec style): the N tokens most frequent in the training sequences'
    greedy answers, then the lowest ids; the head drafts from those alone (0: the whole vocabulary).
-4. Held-out sequences (every 10th) calibrate the confidences and give the acceptance printed per kind (chat,
-   json, code; pooled, the easier JSON and code once hid a chat acceptance of 0.09): chained drafts of 8 tokens
-   from each position the engine drafts at (the answer's: from the last prompt position on; prompt positions
-   are never drafted at and far easier: counting them gave 0.52 for a head that accepts 0.1-0.3), acceptance
-   counted per (position, probability bin), stored in the weights' metadata.
+4. Held-out sequences (every 10th; teacher-forced over prompt and answer) calibrate the confidences and give the
+   acceptance printed per kind (chat, json, code; pooled, the easier JSON and code once hid a chat acceptance of
+   0.09): chained drafts of 8 tokens from each position the engine drafts at (the answer's: from the last prompt
+   position on; prompt positions are never drafted at and far easier: counting them gave 0.52 for a head that
+   accepts 0.1-0.3), acceptance counted per (position, probability bin), stored in the weights' metadata.
 Seed 0; fp16 weights (about 4 MB).
 """
 
@@ -26,6 +28,7 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from recipe.engine import LLM, SamplingParams
@@ -49,15 +52,23 @@ MORE_SUBJECTS = ["telescopes", "steam engines", "octopuses", "the Olympic Games"
 # the benchmark's topics are not among the subjects
 CHAT_FORMS = ["Tell me about {}.", "Explain {} in a few sentences.", "What should a beginner know about {}?",
               "Describe how {} work or worked, briefly.", "Give me three interesting facts about {}."]
+# more chat: 347 further subjects (none of the benchmark's topics) under ten phrasings, of which `--chat-prompts`
+# are drawn (seed 0); 3x the chat answers took the head's first-draft acceptance on the benchmark's chat prompts
+# from 0.23 to 0.28-0.29 (a /tmp probe, 3 minutes of training each)
+MORE_FORMS = [*CHAT_FORMS, "How does {} work?", "Why is {} important?", "Can you summarize the history of {}?",
+                           "What is {}?", "Write a short paragraph about {}."]
 
 
 def chat(text: str) -> str:
     return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
 
 
-def corpus(limit_code: int) -> list[tuple[str, str]]:
+def corpus(limit_code: int, extra_chat: int) -> list[tuple[str, str]]:
     """(kind, prompt) pairs; kinds: chat, json, code."""
     prompts = [("chat", chat(form.format(s))) for form in CHAT_FORMS for s in SUBJECTS + MORE_SUBJECTS]
+    extra = (ROOT / "scripts" / "draft_head_subjects.txt").read_text().split("\n")
+    more = [chat(form.format(s)) for s in extra if s.strip() for form in MORE_FORMS]
+    prompts += [("chat", p) for p in random.Random(0).sample(more, min(extra_chat, len(more)))]
     prompts += [("json", chat(f"Write a JSON object describing {s} with fields name, summary and facts."))
                 for s in SUBJECTS]
     files = sorted((ROOT / "tests").rglob("*.py"))[:limit_code]
@@ -68,11 +79,20 @@ def corpus(limit_code: int) -> list[tuple[str, str]]:
     return prompts
 
 
+class HiddenLog(dict):  # type: ignore[type-arg]
+    """A model runner's `hidden_sink` that keeps every hidden state it is given, per sequence, in step order."""
+
+    def update(self, pairs: Any) -> None:  # type: ignore[override]
+        for seq_id, hidden in pairs:
+            self.setdefault(seq_id, []).append(hidden)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=4.0, help="training time budget")
-    ap.add_argument("--tokens", type=int, default=64, help="greedy answer length")
+    ap.add_argument("--tokens", type=int, default=96, help="greedy answer length")
     ap.add_argument("--code-files", type=int, default=30)
+    ap.add_argument("--chat-prompts", type=int, default=600, help="further chat prompts from the subjects file")
     ap.add_argument("--inner", type=int, default=1024)
     ap.add_argument("--draft-vocab", type=int, default=4096, help="reduced draft vocabulary size (0: all tokens)")
     ap.add_argument("--threads", type=int, default=2)
@@ -81,35 +101,50 @@ def main() -> None:
     torch.manual_seed(0)
     random.seed(0)
     torch.set_num_threads(args.threads)
-    llm = LLM("smollm2", num_threads=args.threads, enable_prefix_caching=False, kv_cache_bytes=512 << 20,
+    llm = LLM("smollm2", num_threads=args.threads, enable_prefix_caching=False, kv_cache_bytes=1 << 30,
               max_num_batched_tokens=4096)
     model = llm.engine.runner.model
     t0 = time.perf_counter()
-    kinds, texts = zip(*corpus(args.code_files), strict=True)
+    kinds, texts = zip(*corpus(args.code_files, args.chat_prompts), strict=True)
     prompts = [llm.encode(p) for p in texts]
+    sink = HiddenLog()
+    llm.engine.runner.hidden_sink = sink
     outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=args.tokens))
-    seqs = [p + list(o.new_token_ids) for p, o in zip(prompts, outs, strict=True)]
-    print(f"corpus: {len(seqs)} sequences, {sum(map(len, seqs))} tokens, greedy answers in {time.perf_counter() - t0:.0f} s")
-    h_in, e_in, h_out, labels, held = [], [], [], [], []
+    llm.engine.runner.hidden_sink = None
+    answers = [list(o.new_token_ids) for o in outs]
+    print(f"corpus: {len(prompts)} sequences, {sum(map(len, answers))} answer tokens, greedy in {time.perf_counter() - t0:.0f} s",
+          flush=True)
+    assert len(sink) == len(prompts), "one sequence per prompt"
+    h_in, e_in, h_out, labels, held, misaligned = [], [], [], [], [], 0
     with torch.inference_mode():
-        for i, (ids, prompt) in enumerate(zip(seqs, prompts, strict=True)):
-            h = hidden_states(llm.engine.runner, ids)
-            greedy = model.compute_logits(h).argmax(-1)  # the model's own next token at every position
-            if i % 10 == 0:
-                held.append((h, ids, greedy, len(prompt), kinds[i]))
+        for i, (seq_id, prompt, answer) in enumerate(zip(sorted(sink), prompts, answers, strict=True)):
+            if i % 10 == 0:  # held out: teacher-forced hidden states of every position, for `chained_acceptance`
+                ids = prompt + answer
+                h = hidden_states(llm.engine.runner, ids)
+                held.append((h, ids, model.compute_logits(h).argmax(-1), len(prompt), kinds[i]))
                 continue
-            h_in.append(h[:-2])
-            e_in.append(model.embed_tokens(torch.tensor(ids[1:-1])).float())
-            h_out.append(h[1:-1])
-            labels.append(greedy[1:-1])
+            # the hidden state behind each answer token, as the engine computed it while generating (the last
+            # prompt position's, then each answer position's): pairs (h_t, x_{t+1}) -> h_{t+1} and the token
+            # h_{t+1} gave, at answer positions only, where the engine drafts (prompt positions never are)
+            # the sink may hold one or two more at the end (the state behind a stop token not emitted, a step
+            # scheduled before the sequence's end was known) and, were a sequence recomputed after preemption,
+            # repeated ones: a sequence is kept only where its states give the answer's own tokens
+            h = torch.stack(sink[seq_id][:len(answer)]).float()
+            probe = sorted({0, len(h) // 2, len(h) - 1})
+            if len(h) < 2 or model.compute_logits(h[probe]).argmax(-1).tolist() != [answer[j] for j in probe]:
+                misaligned += 1
+                continue
+            h_in.append(h[:-1])
+            e_in.append(model.embed_tokens(torch.tensor(answer[:-1])).float())
+            h_out.append(h[1:])
+            labels.append(torch.tensor(answer[1:]))
     h_in_t, e_in_t, h_out_t, labels_t = (torch.cat(x) for x in (h_in, e_in, h_out, labels))
-    print(f"training pairs: {len(labels_t)}; held-out sequences: {len(held)}")
+    print(f"training pairs: {len(labels_t)}; held-out sequences: {len(held)}; left out (misaligned): {misaligned}")
     vocab = None
     if args.draft_vocab:
-        answers = [list(o.new_token_ids) for i, o in enumerate(outs) if i % 10]
-        vocab = frequency_vocab(answers, args.draft_vocab, model.embed_tokens.weight.shape[0])
+        vocab = frequency_vocab([a for i, a in enumerate(answers) if i % 10], args.draft_vocab, model.embed_tokens.weight.shape[0])
         kept = set(vocab.tolist())
-        held_answers = [t for i, o in enumerate(outs) if i % 10 == 0 for t in o.new_token_ids]
+        held_answers = [t for i, a in enumerate(answers) if i % 10 == 0 for t in a]
         print(f"draft vocabulary: {len(kept)} tokens; held-out answer tokens inside it: "
               f"{sum(t in kept for t in held_answers) / max(len(held_answers), 1):.3f}")
     head = DraftHead(h_in_t.shape[1], args.inner, vocab)

@@ -152,3 +152,25 @@ def test_reduced_projection_equals_the_full_logits_restricted_to_the_vocabulary(
     head = DraftHead(8, 16, vocab)
     head.save(tmp_path / "h.safetensors")
     assert DraftHead.load(tmp_path / "h.safetensors").vocab.tolist() == vocab.tolist()
+
+
+def test_the_training_scripts_hidden_log_keeps_the_state_behind_every_answer_token() -> None:
+    """scripts/train_draft_head.py trains on the hidden states the engine's sink saw while generating (asynchronous
+    steps, batched prefill in small chunks): the first len(answer) of a sequence's must each give its answer token."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_draft_head", ROOT / "scripts" / "train_draft_head.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    prompts = repetitive_prompts(6, 43)
+    llm = make_llm(MODEL, max_num_batched_tokens=16)
+    log = script.HiddenLog()
+    llm.engine.runner.hidden_sink = log
+    answers = [list(o.new_token_ids) for o in llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=20))]
+    assert len(log) == len(prompts)
+    for seq_id, answer in zip(sorted(log), answers, strict=True):
+        states = log[seq_id]
+        assert len(answer) <= len(states) <= len(answer) + 2  # a stop token not emitted, a step past the end
+        tokens = MODEL.compute_logits(torch.stack(states[:len(answer)])).argmax(-1).tolist()
+        assert tokens == answer
