@@ -10,7 +10,7 @@ ratios are paired; prefix caching is off on every engine, so no configuration re
   json  answers constrained to a JSON schema
 Every engine runs the same paths (`--decode-backend`, `--weight-format`, `--linear-backend`); with
 `--decode-backend fused` a verify step of up to 64 tokens runs in the fused native step, which computes each
-position as decoding it alone (the outputs then equal bit for bit); on this CPU a second position costs ~0.02-0.1
+position as decoding it alone (the outputs then equal bit for bit); on this CPU a second position costs ~0.02-0.11
 of a decode step (its products prefetch the weights) and each further one ~0.2, where the layered path's cost is
 flat to ~5 positions and steep past them.
 Configurations: no speculation (the engine's default, asynchronous scheduling on), the drafter with a fixed

@@ -54,9 +54,9 @@ CHAT_FORMS = ["Tell me about {}.", "Explain {} in a few sentences.", "What shoul
               "Describe how {} work or worked, briefly.", "Give me three interesting facts about {}."]
 # more chat: 347 further subjects (none of the benchmark's topics) under ten phrasings, of which `--chat-prompts`
 # are drawn (seed 0); 3x the chat answers took the head's first-draft acceptance on the benchmark's chat prompts
-# from 0.23 to 0.28-0.29 (a /tmp probe, 3 minutes of training each)
+# from 0.23 to 0.28-0.29 (a /tmp probe, 3 minutes of training each); the shipped head, 0.305
 MORE_FORMS = [*CHAT_FORMS, "How does {} work?", "Why is {} important?", "Can you summarize the history of {}?",
-                           "What is {}?", "Write a short paragraph about {}."]
+              "What is {}?", "Write a short paragraph about {}."]
 
 
 def chat(text: str) -> str:

@@ -64,7 +64,7 @@ static inline float hsum8(__m256 a) { return dot_f32((const float *)&a, (const f
  * Rows of x go two at a time where there are two (a verify step's positions, a decode batch): eight independent
  * accumulators, and each weight vector loaded serves both rows. The first pair's pass streams the group from memory
  * and prefetches rows n+4 and n+6 of the next group as the one-row loop does; without that a second SmolLM2 row cost
- * ~0.28 of a batch-1 step (~7 ms: the core waited on the weights, then computed), with it ~0.02-0.1 (probe steps
+ * ~0.28 of a batch-1 step (~7 ms: the core waited on the weights, then computed), with it ~0.02-0.11 (probe steps
  * at contexts 32 and 600, alternating builds). Each output's operations are the same either way, so a row's result
  * never depends on the batch. */
 static void f32_group(int64_t n, int64_t M, int64_t K, int64_t N, const float *w, const float *x, float *y, int64_t ys) {
