@@ -108,6 +108,10 @@ class EngineConfig:
     # "draft-head": "reduced" drafts from the head's frequency-ranked vocabulary where its weights have one
     # (engine/speculative/draft_head.py), "full" from the target's whole vocabulary
     speculative_draft_vocab: str = "reduced"
+    # "draft-head": "q8_0" drafts with Q8_0 copies of the head and its vocabulary's LM-head rows (SmolLM2: ~1.9 ->
+    # ~0.8 ms a draft position on this CPU; drafts may differ by rounding, outputs never do), "fp32" the weights as
+    # loaded
+    speculative_draft_head_weights: str = "q8_0"
     # with `async_scheduling`: steps that verify no draft (every sequence at k = 0, as while "auto" has paused
     # drafting) overlap the next step's scheduling like plain decode steps; False: every step of a speculative
     # engine waits for its predecessor (the reference)
@@ -179,6 +183,8 @@ class EngineConfig:
             (self.moe_backend in ("grouped", "loop"), f"moe_backend must be 'grouped' or 'loop', got {self.moe_backend!r}"),
             (self.speculative in (None, "ngram", "draft-head", "mtp"),
              f"speculative must be None, 'ngram', 'draft-head' or 'mtp', got {self.speculative!r}"),
+            (self.speculative_draft_head_weights in ("q8_0", "fp32"),
+             f"speculative_draft_head_weights must be 'q8_0' or 'fp32', got {self.speculative_draft_head_weights!r}"),
             (self.speculative_draft_vocab in ("reduced", "full"),
              f"speculative_draft_vocab must be 'reduced' or 'full', got {self.speculative_draft_vocab!r}"),
             (self.speculative_hit_window >= 1, "speculative_hit_window must be >= 1"),

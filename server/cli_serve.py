@@ -115,6 +115,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--speculative-draft-vocab", default=None, choices=("reduced", "full"),
                    help="draft-head: draft from the head's frequency-ranked vocabulary (reduced, default) or the "
                         "whole vocabulary (EngineConfig.speculative_draft_vocab)")
+    g.add_argument("--speculative-draft-head-weights", default=None, choices=("q8_0", "fp32"),
+                   help="draft-head: draft with Q8_0 copies of the head's weights (q8_0, default) or the weights as "
+                        "loaded (EngineConfig.speculative_draft_head_weights)")
     g.add_argument("--speculative-cost-fit", default=None, choices=("grid", "plane"),
                    help="auto draft lengths: the profiled step cost interpolated over the measured steps "
                         "(grid, default) or a least-squares plane (EngineConfig.speculative_cost_fit)")
@@ -188,6 +191,7 @@ ENGINE_OPTIONS = {
     "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
     "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",
     "speculative_cost_fit": "speculative_cost_fit", "speculative_draft_vocab": "speculative_draft_vocab",
+    "speculative_draft_head_weights": "speculative_draft_head_weights",
     "speculative_async": "speculative_async", "speculative_unverified_verdicts": "speculative_unverified_verdicts",
     "speculative_hit_window": "speculative_hit_window", "speculative_pause_margin": "speculative_pause_margin",
     "speculative_offline_weight": "speculative_offline_weight",

@@ -18,14 +18,14 @@ __all__ = ["Draft", "Drafter", "NgramDrafter", "SpecMetrics", "Speculator", "Ste
 
 def make_drafter(method: str, max_draft: int, model: Any, model_name: str, runner: Any,
                  full_vocab: bool = False, offline_weight: float | None = None, ngram_extend: bool = True,
-                 ngram_match_buckets: bool = True) -> Drafter:
+                 ngram_match_buckets: bool = True, head_weights: str = "fp32") -> Drafter:
     if method == "ngram":
         return NgramDrafter(max_draft, extend=ngram_extend, match_buckets=ngram_match_buckets)
     if method == "draft-head":
         from recipe.engine.speculative.head_drafter import load_head_drafter
 
         drafter = load_head_drafter(model, model_name, next(model.parameters()).dtype, full_vocab=full_vocab,
-                                    offline_weight=offline_weight)
+                                    offline_weight=offline_weight, q8_0=head_weights == "q8_0")
         runner.hidden_sink = drafter.hidden
         return drafter
     if method == "mtp":
@@ -44,7 +44,8 @@ def build_speculator(config: Any, *, model: Any, runner: Any, run_on_model_threa
                            full_vocab=config.speculative_draft_vocab == "full",
                            offline_weight=config.speculative_offline_weight,
                            ngram_extend=config.speculative_ngram_extend,
-                           ngram_match_buckets=config.speculative_ngram_match_buckets)
+                           ngram_match_buckets=config.speculative_ngram_match_buckets,
+                           head_weights=config.speculative_draft_head_weights)
     cost = None
     if k == "auto":
         if config.speculative_cost_model is not None:

@@ -60,6 +60,25 @@ class DraftHead(nn.Module):
         return head.to(dtype).eval()
 
 
+def quantized(head: DraftHead) -> DraftHead:
+    """A copy of `head` whose linears hold Q8_0 weights (engine/layers/block_quant_linear.py), for drafting: the fp32
+    head reads ~7 MB a draft position as small torch products (SmolLM2's: 0.69 ms; as Q8_0 0.41 ms, this CPU).
+    Drafts may differ from the fp32 head's by rounding; outputs never do (the target verifies every draft). A head
+    whose widths are not multiples of 32 is returned as it is."""
+    import copy
+
+    from recipe.engine.layers.block_quant_linear import QK, Q8_0Linear
+
+    linears = (head.fuse, head.up, head.down)
+    if any(lin.in_features % QK for lin in linears):
+        return head
+    out = copy.deepcopy(head)
+    for name, lin in zip(("fuse", "up", "down"), linears, strict=True):
+        bias = None if lin.bias is None else lin.bias.detach().float()
+        setattr(out, name, Q8_0Linear(lin.weight.detach().float(), bias))
+    return out
+
+
 def lm_weight(model: Any) -> torch.Tensor:
     """The target's LM head as a [V, H] weight (tied to the embedding where it has no head of its own)."""
     if hasattr(model, "embed_tokens"):
@@ -69,18 +88,26 @@ def lm_weight(model: Any) -> torch.Tensor:
 
 class DraftProjection:
     """The head's next token and its probability from a predicted hidden state: the target's LM head, or its
-    rows for `vocab` alone (softmax over those; token ids mapped back)."""
+    rows for `vocab` alone (softmax over those; token ids mapped back). `q8_0`: those rows as a Q8_0 copy
+    (SmolLM2's 4,096 rows: 0.86 ms fp32, 0.27 ms Q8_0 on this CPU), where the width is a multiple of 32."""
 
-    def __init__(self, model: Any, vocab: torch.Tensor | None) -> None:
+    def __init__(self, model: Any, vocab: torch.Tensor | None, q8_0: bool = False) -> None:
         self.model, self.vocab = model, vocab
         self.weight = None if vocab is None else lm_weight(model)[vocab].float().contiguous()
+        self.linear: Any = None
+        if q8_0 and self.weight is not None:
+            from recipe.engine.layers.block_quant_linear import QK, Q8_0Linear
+
+            if self.weight.shape[1] % QK == 0:
+                self.linear = Q8_0Linear(self.weight)
 
     def __call__(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.weight is None:
             model_dtype = next(self.model.parameters()).dtype
             return torch.softmax(self.model.compute_logits(hidden.to(model_dtype)).float(), dim=-1).max(dim=-1)
         assert self.vocab is not None
-        p, i = torch.softmax(hidden.float() @ self.weight.t(), dim=-1).max(dim=-1)
+        scores = hidden.float() @ self.weight.t() if self.linear is None else self.linear(hidden.float())
+        p, i = torch.softmax(scores, dim=-1).max(dim=-1)
         return p, self.vocab[i]
 
 

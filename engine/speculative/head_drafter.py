@@ -15,7 +15,7 @@ import torch
 from recipe.engine.sequence import Sequence
 from recipe.engine.speculative.calibration import BinCalibration
 from recipe.engine.speculative.chain_budget import ChainBudget, chain_on
-from recipe.engine.speculative.draft_head import DraftHead, DraftProjection
+from recipe.engine.speculative.draft_head import DraftHead, DraftProjection, quantized
 from recipe.engine.speculative.drafter import Draft
 
 
@@ -27,12 +27,14 @@ def embedder(model: Any) -> Any:
 
 
 class DraftHeadDrafter:
-    """`full_vocab`: score drafts over the target's whole vocabulary even where the head has a reduced one."""
+    """`full_vocab`: score drafts over the target's whole vocabulary even where the head has a reduced one.
+    `q8_0`: draft with Q8_0 copies of the head and of its vocabulary's LM-head rows (`draft_head.quantized`)."""
 
-    def __init__(self, model: Any, head: DraftHead, calibration: BinCalibration, full_vocab: bool = False) -> None:
-        self.model, self.head, self.calibration = model, head, calibration
+    def __init__(self, model: Any, head: DraftHead, calibration: BinCalibration, full_vocab: bool = False,
+                 q8_0: bool = False) -> None:
+        self.model, self.head, self.calibration = model, quantized(head) if q8_0 else head, calibration
         self.embed = embedder(model)
-        self.project = DraftProjection(model, None if full_vocab else head.vocab)
+        self.project = DraftProjection(model, None if full_vocab else head.vocab, q8_0)
         self.hidden: dict[int, torch.Tensor] = {}  # seq_id -> hidden state behind its last token
         # the chain stops once every row's survival (product of calibrated confidences) is below this: each
         # position costs an LM-head pass, and "auto" never verifies a token below its break-even survival
@@ -74,7 +76,8 @@ class DraftHeadDrafter:
 
 
 def load_head_drafter(model: Any, model_name: str, dtype: torch.dtype, max_len: int = 16,
-                      full_vocab: bool = False, offline_weight: float | None = None) -> DraftHeadDrafter:
+                      full_vocab: bool = False, offline_weight: float | None = None,
+                      q8_0: bool = False) -> DraftHeadDrafter:
     """The shipped head for `model_name` (ValueError when none was trained for it); `full_vocab`: ignore its
     reduced draft vocabulary (its calibration was counted with it); `offline_weight`: see `BinCalibration`."""
     from recipe.engine.speculative.draft_head import weights_path
@@ -86,4 +89,4 @@ def load_head_drafter(model: Any, model_name: str, dtype: torch.dtype, max_len: 
     head = DraftHead.load(path, dtype)
     with safe_open(str(path), framework="pt") as f:
         counts = json.loads(f.metadata().get("calibration", "{}"))
-    return DraftHeadDrafter(model, head, BinCalibration(max_len, counts, offline_weight), full_vocab)
+    return DraftHeadDrafter(model, head, BinCalibration(max_len, counts, offline_weight), full_vocab, q8_0)

@@ -23,6 +23,9 @@ def test_flags_map_to_the_engine_config() -> None:
                               "--speculative-draft-vocab", "full"])
     config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
     assert (config.speculative_cost_fit, config.speculative_draft_vocab) == ("plane", "full")
+    assert config.speculative_draft_head_weights == "q8_0"  # the default
+    args = parser.parse_args(["serve", "--speculative", "draft-head", "--speculative-draft-head-weights", "fp32"])
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_draft_head_weights == "fp32"
     assert config.speculative_async  # on by default
     args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-async"])
     assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_async is False
@@ -50,7 +53,8 @@ def test_flags_map_to_the_engine_config() -> None:
 
 @pytest.mark.parametrize("argv", [["--speculative", "eagle"], ["--num-speculative-tokens", "0"],
                                   ["--num-speculative-tokens", "lots"], ["--speculative-cost-fit", "cubic"],
-                                  ["--speculative-draft-vocab", "half"], ["--speculative-hit-window", "0"]])
+                                  ["--speculative-draft-vocab", "half"], ["--speculative-hit-window", "0"],
+                                  ["--speculative-draft-head-weights", "q4_1"]])
 def test_bad_values_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["serve", *argv])

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 from recipe.engine import SamplingParams
+from recipe.engine.layers.block_quant_linear import Q8_0Linear
 from recipe.engine.speculative.calibration import BinCalibration
-from recipe.engine.speculative.draft_head import DraftHead, weights_path
+from recipe.engine.speculative.draft_head import DraftHead, DraftProjection, quantized, weights_path
 from recipe.engine.speculative.head_drafter import DraftHeadDrafter
 from spec_helpers import make_llm, use_drafter
 from test_greedy_equality import repetitive_prompts
@@ -18,8 +19,9 @@ MODEL = TinyPagedLM(seed=41)
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("k", [3, "auto"])
-def test_draft_head_greedy_output_equals_no_speculation_and_sees_the_right_hidden_states(k: int | str) -> None:
+@pytest.mark.parametrize(("k", "q8_0"), [(3, False), ("auto", False), (3, True), ("auto", True)])
+def test_draft_head_greedy_output_equals_no_speculation_and_sees_the_right_hidden_states(k: int | str,
+                                                                                         q8_0: bool) -> None:
     prompts = repetitive_prompts(5, 41)
     params = SamplingParams(temperature=0.0, max_tokens=24, logprobs=1)
     expected = make_llm(MODEL).generate(prompts, params)
@@ -28,7 +30,10 @@ def test_draft_head_greedy_output_equals_no_speculation_and_sees_the_right_hidde
     llm = make_llm(MODEL, speculative="ngram", num_speculative_tokens=k, num_kv_blocks=40,
                    max_num_batched_tokens=16, speculative_async=False)
     torch.manual_seed(0)
-    drafter = DraftHeadDrafter(MODEL, DraftHead(32, 64).double(), BinCalibration(16))
+    vocab = torch.randperm(64)[:24] if q8_0 else None  # q8_0: the head and its vocabulary's rows both as Q8_0
+    drafter = DraftHeadDrafter(MODEL, DraftHead(32, 64, vocab).double(), BinCalibration(16), q8_0=q8_0)
+    assert any(isinstance(m, Q8_0Linear) for m in drafter.head.modules()) == q8_0
+    assert (drafter.project.linear is not None) == q8_0
     use_drafter(llm, drafter)
     llm.engine.runner.hidden_sink = drafter.hidden
     step, checked = llm.engine.step, []
@@ -174,3 +179,21 @@ def test_the_training_scripts_hidden_log_keeps_the_state_behind_every_answer_tok
         assert len(answer) <= len(states) <= len(answer) + 2  # a stop token not emitted, a step past the end
         tokens = MODEL.compute_logits(torch.stack(states[:len(answer)])).argmax(-1).tolist()
         assert tokens == answer
+
+
+def test_the_q8_0_draft_head_computes_what_the_fp32_head_does_to_rounding() -> None:
+    torch.manual_seed(3)
+    head, vocab = DraftHead(32, 96), torch.randperm(64)[:32]
+    q = quantized(head)
+    assert q is not head and isinstance(q.fuse, Q8_0Linear) and not isinstance(head.fuse, Q8_0Linear)
+    h, e = torch.randn(50, 32), torch.randn(50, 32)
+    with torch.inference_mode():
+        exact, rounded = head(h, e), q(h, e)
+        assert (rounded - exact).abs().max() < 0.05 * exact.abs().max()
+        assert not torch.equal(rounded, exact)  # the copy does run the Q8_0 products
+    model = TinyPagedLM(seed=5)
+    p, t = DraftProjection(model, vocab)(exact)
+    pq, tq = DraftProjection(model, vocab, q8_0=True)(exact)
+    assert (t == tq).float().mean() > 0.9 and torch.allclose(p, pq, atol=0.05)
+    assert set(tq.tolist()) <= set(vocab.tolist())
+    assert quantized(DraftHead(8, 16)).fuse.__class__ is torch.nn.Linear  # widths not multiples of 32: as it is
