@@ -67,16 +67,23 @@ def quantized(head: DraftHead) -> DraftHead:
     whose widths are not multiples of 32 is returned as it is."""
     import copy
 
-    from recipe.engine.layers.block_quant_linear import QK, Q8_0Linear
-
-    linears = (head.fuse, head.up, head.down)
-    if any(lin.in_features % QK for lin in linears):
+    names = ("fuse", "up", "down")
+    copies = [q8_0_copy(getattr(head, name).weight, getattr(head, name).bias) for name in names]
+    if any(c is None for c in copies):
         return head
     out = copy.deepcopy(head)
-    for name, lin in zip(("fuse", "up", "down"), linears, strict=True):
-        bias = None if lin.bias is None else lin.bias.detach().float()
-        setattr(out, name, Q8_0Linear(lin.weight.detach().float(), bias))
+    for name, c in zip(names, copies, strict=True):
+        setattr(out, name, c)
     return out
+
+
+def q8_0_copy(weight: torch.Tensor, bias: torch.Tensor | None = None) -> nn.Module | None:
+    """A Q8_0 linear computing `weight` [n, k] (and `bias`), or None where k is not a multiple of its block (32)."""
+    from recipe.engine.layers.block_quant_linear import QK, Q8_0Linear
+
+    if weight.shape[1] % QK:
+        return None
+    return Q8_0Linear(weight.detach().float(), None if bias is None else bias.detach().float())
 
 
 def lm_weight(model: Any) -> torch.Tensor:
@@ -94,12 +101,7 @@ class DraftProjection:
     def __init__(self, model: Any, vocab: torch.Tensor | None, q8_0: bool = False) -> None:
         self.model, self.vocab = model, vocab
         self.weight = None if vocab is None else lm_weight(model)[vocab].float().contiguous()
-        self.linear: Any = None
-        if q8_0 and self.weight is not None:
-            from recipe.engine.layers.block_quant_linear import QK, Q8_0Linear
-
-            if self.weight.shape[1] % QK == 0:
-                self.linear = Q8_0Linear(self.weight)
+        self.linear = q8_0_copy(self.weight) if q8_0 and self.weight is not None else None
 
     def __call__(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.weight is None:
