@@ -8,7 +8,8 @@
  *   Each output y[m, n] is computed by the same sequence of operations whatever M is and whichever thread
  *   runs it, so a row's result never depends on the other rows of the batch.
  * - Paged decode attention: one query token per sequence over its K/V read in place through its block table
- *   (no gathered copy), per (sequence, KV head), again independent of the batch.
+ *   (no gathered copy), per (sequence, KV head), in chunks of ATT_CHUNK tokens from the sequence's start (each a
+ *   partial softmax: maximum, normaliser, unnormalised output) merged in order, again independent of the batch.
  * Threads: OpenMP, linked to the same libgomp as torch so that torch.set_num_threads governs both.
  */
 #include <math.h>
@@ -277,32 +278,135 @@ static inline void axpy(float *y, float a, const float *x, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+#ifdef __AVX2__
+/* e^x for each lane (Cephes' expf: x = n ln2 + r, a degree-6 polynomial in r, 2^n by exponent bits; within ~2 ulp
+ * of expf on [-87, 88]; below that 0, as the softmax wants). */
+static inline __m256 exp8(__m256 x) {
+    const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
+    const __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(x, x), x), _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+#endif
+
+/* Partial attention of the `group` query heads qg [group, Dk] of KV head g over tokens t0 .. t1 - 1 (at most
+ * ATT_CHUNK) of a sequence's blocks, read in place: into part [group * (Dv + 2)] the unnormalised output
+ * o[j] = sum_t e^(s_jt - m_j) v_t, then m[j] = max_t s_jt and l[j] = sum_t e^(s_jt - m_j). A token's terms are the
+ * same operations wherever its chunk runs: chunks start at fixed multiples of ATT_CHUNK of the sequence. */
+void attend_chunk(const float *qg, const float *k, const float *v, const int64_t *table, int64_t t0, int64_t t1,
+                  int64_t group, int64_t g, int64_t Dk, int64_t Dv, int64_t bs, int64_t k_token_stride,
+                  int64_t k_head_stride, int64_t v_token_stride, int64_t v_head_stride, float scale, float *part) {
+    const int64_t n = t1 - t0;
+    float s[group * ATT_CHUNK];
+    const float *vt[ATT_CHUNK];
+    float *o = part, *m = part + group * Dv, *l = m + group;
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t pos = t0 + t, slot = table[pos / bs] * bs + pos % bs;
+        const float *kt = k + slot * k_token_stride + g * k_head_stride;
+        vt[t] = v + slot * v_token_stride + g * v_head_stride;
+        if (t + 2 < n) {  /* the next tokens' keys are elsewhere when a block ends */
+            const int64_t p2 = pos + 2, s2 = table[p2 / bs] * bs + p2 % bs;
+            for (int64_t off = 0; off < Dk; off += 16) __builtin_prefetch(k + s2 * k_token_stride + g * k_head_stride + off, 0, 3);
+        }
+        for (int64_t j = 0; j < group; j++) s[j * ATT_CHUNK + t] = dot(qg + j * Dk, kt, Dk) * scale;
+    }
+    for (int64_t j = 0; j < group; j++) {
+        float *sj = s + j * ATT_CHUNK, mx = -INFINITY;
+        for (int64_t t = 0; t < n; t++) mx = sj[t] > mx ? sj[t] : mx;
+        int64_t t = 0;
+#ifdef __AVX2__
+        const int64_t n8 = (n + 7) / 8 * 8;
+        for (int64_t u = n; u < n8; u++) sj[u] = -INFINITY;  /* whole vectors: every token takes the same path */
+        __m256 acc = _mm256_setzero_ps();
+        const __m256 vm = _mm256_set1_ps(mx);
+        for (; t < n8; t += 8) {
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sj + t), vm));
+            _mm256_storeu_ps(sj + t, e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        l[j] = hsum(acc);
+#else
+        float total = 0.0f;
+        for (; t < n; t++) { sj[t] = expf(sj[t] - mx); total += sj[t]; }
+        l[j] = total;
+#endif
+        m[j] = mx;
+        float *oj = o + j * Dv;
+        int64_t d = 0;
+#ifdef __AVX2__
+        for (; d + 32 <= Dv; d += 32) {  /* four accumulators kept in registers over the chunk's tokens */
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+            for (int64_t u = 0; u < n; u++) {
+                const __m256 p = _mm256_set1_ps(sj[u]);
+                const float *x = vt[u] + d;
+                a0 = _mm256_fmadd_ps(p, _mm256_loadu_ps(x), a0);
+                a1 = _mm256_fmadd_ps(p, _mm256_loadu_ps(x + 8), a1);
+                a2 = _mm256_fmadd_ps(p, _mm256_loadu_ps(x + 16), a2);
+                a3 = _mm256_fmadd_ps(p, _mm256_loadu_ps(x + 24), a3);
+            }
+            _mm256_storeu_ps(oj + d, a0);
+            _mm256_storeu_ps(oj + d + 8, a1);
+            _mm256_storeu_ps(oj + d + 16, a2);
+            _mm256_storeu_ps(oj + d + 24, a3);
+        }
+#endif
+        for (; d < Dv; d++) {
+            float a = 0.0f;
+            for (int64_t u = 0; u < n; u++) a += sj[u] * vt[u][d];
+            oj[d] = a;
+        }
+    }
+}
+
+/* o [group, Dv] from the parts of a sequence's chunks in order: each rescaled to the largest maximum, summed, and
+ * divided by the summed normaliser. One chunk's part gives the same values as it would alone (e^0 = 1). */
+void attend_merge(const float *parts, int64_t chunks, int64_t group, int64_t Dv, float *o) {
+    const int64_t stride = group * (Dv + 2);
+    for (int64_t j = 0; j < group; j++) {
+        float mx = -INFINITY, total = 0.0f;
+        for (int64_t c = 0; c < chunks; c++) {
+            const float mc = parts[c * stride + group * Dv + j];
+            mx = mc > mx ? mc : mx;
+        }
+        float *oj = o + j * Dv;
+        memset(oj, 0, sizeof(float) * (size_t)Dv);
+        for (int64_t c = 0; c < chunks; c++) {
+            const float *p = parts + c * stride;
+            const float w = expf(p[group * Dv + j] - mx);
+            total += w * p[group * Dv + group + j];
+            axpy(oj, w, p + j * Dv, Dv);
+        }
+        const float inv = 1.0f / total;
+        for (int64_t d = 0; d < Dv; d++) oj[d] *= inv;
+    }
+}
+
 /* One (sequence b, KV head g) item of paged decode attention: the `group` query heads qg [group, Dk] sharing KV
- * head g attend to the first L tokens of the sequence's blocks (`table`), read in place; o [group, Dv]. */
+ * head g attend to the first L tokens of the sequence's blocks (`table`), read in place; o [group, Dv]. Chunk by
+ * chunk, then merged: the values the fused step's chunk items give. */
 void attend_item(const float *qg, const float *k, const float *v, const int64_t *table, int64_t L,
                  int64_t group, int64_t g, int64_t Dk, int64_t Dv, int64_t bs, int64_t k_token_stride,
                  int64_t k_head_stride, int64_t v_token_stride, int64_t v_head_stride, float scale, float *o) {
-    float *scores = (float *)malloc(sizeof(float) * (size_t)(L * group));
-    if (scores == NULL) return;
-    for (int64_t t = 0; t < L; t++) {
-        const int64_t slot = table[t / bs] * bs + t % bs;
-        const float *kt = k + slot * k_token_stride + g * k_head_stride;
-        for (int64_t j = 0; j < group; j++) scores[j * L + t] = dot(qg + j * Dk, kt, Dk) * scale;
+    const int64_t chunks = (L + ATT_CHUNK - 1) / ATT_CHUNK;
+    float *parts = (float *)malloc(sizeof(float) * (size_t)(chunks * group * (Dv + 2)));
+    if (parts == NULL) return;
+    for (int64_t c = 0; c < chunks; c++) {
+        const int64_t t0 = c * ATT_CHUNK, t1 = t0 + ATT_CHUNK < L ? t0 + ATT_CHUNK : L;
+        attend_chunk(qg, k, v, table, t0, t1, group, g, Dk, Dv, bs, k_token_stride, k_head_stride, v_token_stride,
+                     v_head_stride, scale, parts + c * group * (Dv + 2));
     }
-    for (int64_t j = 0; j < group; j++) {
-        float *s = scores + j * L, mx = -INFINITY, total = 0.0f;
-        for (int64_t t = 0; t < L; t++) mx = s[t] > mx ? s[t] : mx;
-        for (int64_t t = 0; t < L; t++) { s[t] = expf(s[t] - mx); total += s[t]; }
-        const float inv = 1.0f / total;
-        for (int64_t t = 0; t < L; t++) s[t] *= inv;
-    }
-    memset(o, 0, sizeof(float) * (size_t)(group * Dv));
-    for (int64_t t = 0; t < L; t++) {
-        const int64_t slot = table[t / bs] * bs + t % bs;
-        const float *vt = v + slot * v_token_stride + g * v_head_stride;
-        for (int64_t j = 0; j < group; j++) axpy(o + j * Dv, scores[j * L + t], vt, Dv);
-    }
-    free(scores);
+    attend_merge(parts, chunks, group, Dv, o);
+    free(parts);
 }
 
 /* q [B, H, Dk] (contiguous), out [B, H, Dv]. Token t of sequence b lives in slot

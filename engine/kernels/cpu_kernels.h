@@ -11,6 +11,13 @@ void quantize_rows(const float *x, int64_t M, int64_t K, int8_t *xq, float *dx, 
  * n..n+3, q8_0 (w8) or q4_1 (w4 + mn). */
 void quant_group(int64_t n, int64_t M, int64_t K, int64_t N, const int8_t *w8, const uint8_t *w4, const float *d,
                  const float *mn, const int8_t *xq, const float *dx, const int32_t *xs, float *y, int64_t ys);
+/* Decode attention splits each sequence's context into chunks of ATT_CHUNK tokens from its start. */
+#define ATT_CHUNK 64
+/* One chunk's partial attention [group * (Dv + 2)] and the merge of a sequence's parts in order. */
+void attend_chunk(const float *qg, const float *k, const float *v, const int64_t *table, int64_t t0, int64_t t1,
+                  int64_t group, int64_t g, int64_t Dk, int64_t Dv, int64_t bs, int64_t k_token_stride,
+                  int64_t k_head_stride, int64_t v_token_stride, int64_t v_head_stride, float scale, float *part);
+void attend_merge(const float *parts, int64_t chunks, int64_t group, int64_t Dv, float *o);
 /* One (sequence, KV head) item of paged decode attention, as `paged_decode_attention` computes it. */
 void attend_item(const float *qg, const float *k, const float *v, const int64_t *table, int64_t L, int64_t group,
                  int64_t g, int64_t Dk, int64_t Dv, int64_t bs, int64_t k_token_stride, int64_t k_head_stride,
