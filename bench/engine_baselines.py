@@ -74,15 +74,18 @@ class LlamaCpp:
                                    n_batch=512, verbose=False)
 
     def decode(self, prompt: list[int], new_tokens: int) -> tuple[float, float]:
-        """(seconds to the first new token, seconds per later token) for a greedy continuation."""
+        """(seconds to the first new token, seconds per later token) for a greedy continuation (its tokens are kept in
+        `self.tokens`)."""
         self.llm.reset()
         start = time.perf_counter()
         self.llm.eval(prompt)
         times = []
         for _ in range(new_tokens):
-            tok = int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+            # the last position's logits (llama-cpp-python fills `scores` only with logits_all=True)
+            tok = int(np.argmax(np.ctypeslib.as_array(self.llm._ctx.get_logits_ith(-1), shape=(self.llm.n_vocab(),))))
             times.append(time.perf_counter())
             self.llm.eval([tok])
+        self.tokens = [int(t) for t in self.llm.input_ids[len(prompt):self.llm.n_tokens]]
         first = times[0] - start
         return first, (times[-1] - times[0]) / max(1, new_tokens - 1)
 
