@@ -35,8 +35,10 @@ SIGNATURES: dict[str, list[type]] = {
                                _I64, _I64, _I64, _F32, _PTR],
     "llama_decode": [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _PTR],
     "fused_linear": [_PTR, _PTR, _I64, _PTR],
+    "draft_head_step": [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR],
 }
-RESTYPES: dict[str, type | None] = {"llama_decode": ctypes.c_int, "fused_linear": ctypes.c_int}
+RESTYPES: dict[str, type | None] = {"llama_decode": ctypes.c_int, "fused_linear": ctypes.c_int,
+                                    "draft_head_step": ctypes.c_int}
 
 
 def cache_dir() -> Path:

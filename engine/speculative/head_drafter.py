@@ -17,6 +17,7 @@ from recipe.engine.speculative.calibration import BinCalibration
 from recipe.engine.speculative.chain_budget import ChainBudget, chain_on
 from recipe.engine.speculative.draft_head import DraftHead, DraftProjection, quantized
 from recipe.engine.speculative.drafter import Draft
+from recipe.engine.speculative.native_draft_head import NativeDraftHead
 
 
 def embedder(model: Any) -> Any:
@@ -28,13 +29,16 @@ def embedder(model: Any) -> Any:
 
 class DraftHeadDrafter:
     """`full_vocab`: score drafts over the target's whole vocabulary even where the head has a reduced one.
-    `q8_0`: draft with Q8_0 copies of the head and of its vocabulary's LM-head rows (`draft_head.quantized`)."""
+    `q8_0`: draft with Q8_0 copies of the head and of its vocabulary's LM-head rows (`draft_head.quantized`), run as
+    one native call a position (`native_draft_head.py`) where it applies."""
 
     def __init__(self, model: Any, head: DraftHead, calibration: BinCalibration, full_vocab: bool = False,
                  q8_0: bool = False) -> None:
         self.model, self.head, self.calibration = model, quantized(head) if q8_0 else head, calibration
         self.embed = embedder(model)
         self.project = DraftProjection(model, None if full_vocab else head.vocab, q8_0)
+        # q8_0: the whole position in one native call where the library and the head's shapes allow
+        self.native = NativeDraftHead.build(self.head, self.project) if q8_0 else None
         self.hidden: dict[int, torch.Tensor] = {}  # seq_id -> hidden state behind its last token
         # the chain stops once every row's survival (product of calibrated confidences) is below this: each
         # position costs an LM-head pass, and "auto" never verifies a token below its break-even survival
@@ -59,8 +63,11 @@ class DraftHeadDrafter:
         survival = [1.0] * len(rows)
         longest = max(max_lens[i] for i in rows)
         for j in range(longest):
-            h = self.head(h, self.embed(x).to(dtype))
-            p, x = self.project(h)
+            if self.native is not None:
+                h, p, x = self.native(h, self.embed(x))
+            else:
+                h = self.head(h, self.embed(x).to(dtype))
+                p, x = self.project(h)
             tokens.append(x.tolist())
             probs.append(p.tolist())
             survival = self.calibration.survive(survival, j, probs[-1])

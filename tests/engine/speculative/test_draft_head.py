@@ -6,11 +6,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from recipe.engine import SamplingParams
 from recipe.engine.layers.block_quant_linear import Q8_0Linear
 from recipe.engine.speculative.calibration import BinCalibration
 from recipe.engine.speculative.draft_head import DraftHead, DraftProjection, quantized, weights_path
 from recipe.engine.speculative.head_drafter import DraftHeadDrafter
+from recipe.engine.speculative.native_draft_head import NativeDraftHead
 from spec_helpers import make_llm, use_drafter
 from test_greedy_equality import repetitive_prompts
 from tiny_paged_model import TinyPagedLM
@@ -197,3 +200,50 @@ def test_the_q8_0_draft_head_computes_what_the_fp32_head_does_to_rounding() -> N
     assert (t == tq).float().mean() > 0.9 and torch.allclose(p, pq, atol=0.05)
     assert set(tq.tolist()) <= set(vocab.tolist())
     assert quantized(DraftHead(8, 16)).fuse.__class__ is torch.nn.Linear  # widths not multiples of 32: as it is
+
+
+class _Head:
+    """A target whose LM head is a random [H, V] matrix (the tiny model's convention, `lm_weight`)."""
+
+    def __init__(self, hidden: int, vocab: int, g: torch.Generator) -> None:
+        self.head = torch.randn(hidden, vocab, generator=g)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), rows=st.integers(1, 9), hidden=st.sampled_from([32, 64]),
+       inner=st.sampled_from([64, 96]), size=st.integers(2, 80))
+def test_the_native_draft_head_computes_what_the_q8_0_modules_do(seed: int, rows: int, hidden: int, inner: int,
+                                                                 size: int) -> None:
+    """One native call a position against the Q8_0 modules it replaces: the same products, so the next hidden state
+    and the token's probability agree to rounding (SiLU, the layer norm and the softmax are computed in C), and the
+    token is the same wherever the two best scores do not tie to rounding."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = _Head(hidden, 100, g)
+    head = DraftHead(hidden, inner, torch.randperm(100, generator=g)[:size])
+    with torch.no_grad():
+        head.norm.weight.copy_(1 + 0.1 * torch.randn(hidden, generator=g))
+        head.norm.bias.copy_(0.1 * torch.randn(hidden, generator=g))
+    q, project = quantized(head), DraftProjection(model, head.vocab, q8_0=True)
+    native = NativeDraftHead.build(q, project)
+    assert native is not None
+    h, e = torch.randn(rows, hidden, generator=g), torch.randn(rows, hidden, generator=g)
+    with torch.inference_mode():
+        ref = q(h, e)
+        p_ref, t_ref = project(ref)
+        got, p, t = native(h, e)
+        scores = project.linear(ref).sort(dim=-1, descending=True).values
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(p, p_ref, atol=1e-5, rtol=1e-5)
+    clear = (scores[:, 0] - scores[:, 1]) > 1e-3 if size > 1 else torch.ones(rows, dtype=torch.bool)
+    assert t[clear].tolist() == t_ref[clear].tolist()
+    assert set(t.tolist()) <= set(head.vocab.tolist())
+
+
+def test_the_native_draft_head_is_used_only_where_it_applies() -> None:
+    torch.manual_seed(4)
+    vocab = torch.randperm(64)[:32]
+    assert DraftHeadDrafter(MODEL, DraftHead(32, 64, vocab), BinCalibration(16), q8_0=True).native is not None
+    assert DraftHeadDrafter(MODEL, DraftHead(32, 64, vocab), BinCalibration(16)).native is None  # fp32: modules
+    assert DraftHeadDrafter(MODEL, DraftHead(8, 16, vocab), BinCalibration(16), q8_0=True).native is None  # widths
+    assert DraftHeadDrafter(MODEL, DraftHead(32, 64), BinCalibration(16), q8_0=True).native is None  # full vocab
