@@ -39,8 +39,10 @@ class NativeDraftHead:
         """None where it does not apply: no native library, a linear of the head or the projection's vocabulary
         rows not Q8_0 (`quantized` keeps fp32 where a width is not a multiple of 32), or no reduced vocabulary."""
         lib = library()
-        linears = [head.fuse, head.up, head.down, project.linear]
-        if lib is None or project.vocab is None or not all(isinstance(m, Q8_0Linear) for m in linears):
+        if lib is None or project.vocab is None or project.linear is None:
+            return None
+        linears: list[nn.Module] = [head.fuse, head.up, head.down, project.linear]
+        if not all(isinstance(m, Q8_0Linear) for m in linears):
             return None
         norm = head.norm
         if not (isinstance(norm, nn.LayerNorm) and norm.weight is not None and norm.bias is not None):
