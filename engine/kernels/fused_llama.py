@@ -15,7 +15,7 @@ It computes what the layered path computes with `attention_backend="native"` and
 same order: the q8_0/q4_1 products, RMSNorm, RoPE, the KV write and the attention are the same kernels (or the
 same element-wise operations) on the same values; SiLU uses the C library's `expf` where torch uses its own
 vectorised exp, and fp32 products sum in another order than torch's matmul, so logits agree to rounding, not bit
-for bit (tests/engine/kernels/test_fused_decode.py states the tolerances). Each row is computed alone, so a
+for bit (tests/engine/models/test_fused_decode.py states the tolerances). Each row is computed alone, so a
 row's result does not depend on the rest of the batch.
 
 `FusedLlamaDecoder.build(model)` is None where the fused step does not apply: no native library, weights,
