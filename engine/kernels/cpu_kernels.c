@@ -316,7 +316,8 @@ void attend_chunk(const float *qg, const float *k, const float *v, const int64_t
         vt[t] = v + slot * v_token_stride + g * v_head_stride;
         if (t + 2 < n) {  /* the next tokens' keys are elsewhere when a block ends */
             const int64_t p2 = pos + 2, s2 = table[p2 / bs] * bs + p2 % bs;
-            for (int64_t off = 0; off < Dk; off += 16) __builtin_prefetch(k + s2 * k_token_stride + g * k_head_stride + off, 0, 3);
+            const float *k2 = k + s2 * k_token_stride + g * k_head_stride;
+            for (int64_t off = 0; off < Dk; off += 16) __builtin_prefetch(k2 + off, 0, 3);
         }
         for (int64_t j = 0; j < group; j++) s[j * ATT_CHUNK + t] = dot(qg + j * Dk, kt, Dk) * scale;
     }

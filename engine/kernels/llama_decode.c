@@ -5,20 +5,21 @@
  * Per layer, for B rows of one new token each (the reference path's order of operations):
  *   h = rmsnorm(x, ln1); qkv = h @ Wqkv^T (+ b); RoPE (half-split) on the q and k heads; k, v written to the
  *   token's slot of the paged cache; attention of each row over its context read in place through its block
- *   table, in chunks of ATT_CHUNK tokens per KV head that the threads share, merged per row; x = x + att @ Wo^T (+ b); h = rmsnorm(x, ln2); [g, u] = h @ Wgu^T (+ b);
- *   x = x + (silu(g) * u) @ Wdown^T (+ b).
+ *   table, in chunks of ATT_CHUNK tokens per KV head that the threads share, merged per row;
+ *   x = x + att @ Wo^T (+ b); h = rmsnorm(x, ln2); [g, u] = h @ Wgu^T (+ b); x = x + (silu(g) * u) @ Wdown^T (+ b).
  * then the final norm. Linears are fp32, q8_0 or q4_1 (the q formats round activations to Q8_0 blocks, as
  * `quant_matmul` does). Every output element is computed by the same operations whatever B is and whichever
  * thread runs it, so a row's result never depends on the rest of the batch.
  *
  * The threads meet only where a value needs every thread's part: after each linear and after attention (six
- * barriers a layer; a seventh merges the chunks where a row's context is longer than one). What is cheap and needed whole by every thread (the norms, the activations' Q8_0 blocks) each
- * thread computes itself into its own scratch; RoPE and the KV write belong to the attention item of their KV
- * head; residual additions happen where the linear's outputs are written. A barrier costs both threads the
- * slower one's tail and leaves memory idle meanwhile: against the 10 (fp32) or 14 (q formats) of the plain order,
- * SmolLM2's batch-1 decode call ran 1.07x (fp32) and 1.35x (q4_1) as fast (quiet, call by call alternating). The
- * threads meet at a spinning barrier of their own (`team_wait`), and take the groups of a linear in guided runs:
- * with both, the batch-1 call ran 1.22x (q4_1) and 1.04x (fp32) as fast again, same outputs. */
+ * barriers a layer; a seventh merges the chunks where a row's context is longer than one). What is cheap and needed
+ * whole by every thread (the norms, the activations' Q8_0 blocks) each thread computes itself into its own scratch;
+ * RoPE and the KV write belong to the attention item of their KV head; residual additions happen where the linear's
+ * outputs are written. A barrier costs both threads the slower one's tail and leaves memory idle meanwhile: against
+ * the 10 (fp32) or 14 (q formats) of the plain order, SmolLM2's batch-1 decode call ran 1.07x (fp32) and 1.35x
+ * (q4_1) as fast (quiet, call by call alternating). The threads meet at a spinning barrier of their own
+ * (`team_wait`), and take the groups of a linear in guided runs: with both, the batch-1 call ran 1.22x (q4_1) and
+ * 1.04x (fp32) as fast again, same outputs. */
 #include <omp.h>
 #include <math.h>
 #include <sched.h>
@@ -256,6 +257,15 @@ static Scratch *scratch_new(int threads, int64_t M, int64_t widest, int64_t hidd
     return S;
 }
 
+/* This thread's scratch in `S`, called by every thread on entering a parallel region: the team's barrier learns
+ * how many threads the region has. */
+static Scratch *team_member(Scratch *S) {
+    Scratch *me = S + omp_get_thread_num();
+#pragma omp single
+    me->team->threads = omp_get_num_threads();
+    return me;
+}
+
 /* y = x @ W^T (+ bias) for M rows of one linear, in a parallel region of its own: the LM head of the fused
  * step. Returns 0, or -1 when scratch memory could not be had (y is not written then). */
 int fused_linear(const RLinear *L, const float *x, int64_t M, float *y) {
@@ -264,9 +274,7 @@ int fused_linear(const RLinear *L, const float *x, int64_t M, float *y) {
     if (S == NULL) return -1;
 #pragma omp parallel num_threads(threads)
     {
-        Scratch *mine = S + omp_get_thread_num();
-#pragma omp single
-        mine->team->threads = omp_get_num_threads();
+        Scratch *mine = team_member(S);
         prepare(L, x, M, mine);
         linear(L, x, M, y, NULL, mine);
     }
@@ -323,9 +331,7 @@ int llama_decode(const RModel *md, int64_t B, float *x, const float *cos, const 
     }
 #pragma omp parallel num_threads(threads)
     {
-        Scratch *me = S + omp_get_thread_num();
-#pragma omp single
-        me->team->threads = omp_get_num_threads();
+        Scratch *me = team_member(S);
         for (int64_t l = 0; l < md->num_layers; l++) {
             const RLayer *ly = md->layers + l;
             for (int64_t b = 0; b < B; b++) rms_norm_row(x + b * H, ly->ln1, H, md->eps, me->h + b * H);
@@ -438,9 +444,7 @@ int draft_head_step(const RDraftHead *hd, int64_t M, const float *h, const float
     }
 #pragma omp parallel num_threads(threads)
     {
-        Scratch *me = S + omp_get_thread_num();
-#pragma omp single
-        me->team->threads = omp_get_num_threads();
+        Scratch *me = team_member(S);
         for (int64_t b = 0; b < M; b++) {  /* [h, e]: each thread its own copy, as the norms of the fused step */
             memcpy(me->h + b * 2 * H, h + b * H, sizeof(float) * (size_t)H);
             memcpy(me->h + b * 2 * H + H, e + b * H, sizeof(float) * (size_t)H);
