@@ -108,8 +108,9 @@ class EngineConfig:
     # "draft-head": "reduced" drafts from the head's frequency-ranked vocabulary where its weights have one
     # (engine/speculative/draft_head.py), "full" from the target's whole vocabulary
     speculative_draft_vocab: str = "reduced"
-    # "draft-head": "q8_0" drafts with Q8_0 copies of the head and its vocabulary's LM-head rows (SmolLM2: ~1.7 ->
-    # ~0.8 ms a draft position on this CPU; drafts may differ by rounding, outputs never do), "fp32" the weights as
+    # "draft-head": "q8_0" drafts with Q8_0 copies of the head and its vocabulary's LM-head rows, one native call a
+    # position (SmolLM2: ~1.7 ms a draft position as fp32 modules, ~0.6 ms so on this CPU; drafts may differ by
+    # rounding, outputs never do), "fp32" the weights as
     # loaded
     speculative_draft_head_weights: str = "q8_0"
     # with `async_scheduling`: steps that verify no draft (every sequence at k = 0, as while "auto" has paused

@@ -398,14 +398,12 @@ void attend_merge(const float *parts, int64_t chunks, int64_t group, int64_t Dv,
 void attend_item(const float *qg, const float *k, const float *v, const int64_t *table, int64_t L,
                  int64_t group, int64_t g, int64_t Dk, int64_t Dv, int64_t bs, int64_t k_token_stride,
                  int64_t k_head_stride, int64_t v_token_stride, int64_t v_head_stride, float scale, float *o) {
-    const int64_t chunks = (L + ATT_CHUNK - 1) / ATT_CHUNK;
+    const int64_t chunks = att_chunks(L);
     float *parts = (float *)malloc(sizeof(float) * (size_t)(chunks * group * (Dv + 2)));
     if (parts == NULL) return;
-    for (int64_t c = 0; c < chunks; c++) {
-        const int64_t t0 = c * ATT_CHUNK, t1 = t0 + ATT_CHUNK < L ? t0 + ATT_CHUNK : L;
-        attend_chunk(qg, k, v, table, t0, t1, group, g, Dk, Dv, bs, k_token_stride, k_head_stride, v_token_stride,
-                     v_head_stride, scale, parts + c * group * (Dv + 2));
-    }
+    for (int64_t c = 0; c < chunks; c++)
+        attend_chunk(qg, k, v, table, c * ATT_CHUNK, att_chunk_end(c, L), group, g, Dk, Dv, bs, k_token_stride,
+                     k_head_stride, v_token_stride, v_head_stride, scale, parts + c * group * (Dv + 2));
     attend_merge(parts, chunks, group, Dv, o);
     free(parts);
 }

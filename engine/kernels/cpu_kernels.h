@@ -11,8 +11,11 @@ void quantize_rows(const float *x, int64_t M, int64_t K, int8_t *xq, float *dx, 
  * n..n+3, q8_0 (w8) or q4_1 (w4 + mn). */
 void quant_group(int64_t n, int64_t M, int64_t K, int64_t N, const int8_t *w8, const uint8_t *w4, const float *d,
                  const float *mn, const int8_t *xq, const float *dx, const int32_t *xs, float *y, int64_t ys);
-/* Decode attention splits each sequence's context into chunks of ATT_CHUNK tokens from its start. */
+/* Decode attention splits each sequence's context into chunks of ATT_CHUNK tokens from its start: how many a
+ * context of L tokens takes, and where chunk c of it ends. */
 #define ATT_CHUNK 64
+static inline int64_t att_chunks(int64_t L) { return (L + ATT_CHUNK - 1) / ATT_CHUNK; }
+static inline int64_t att_chunk_end(int64_t c, int64_t L) { return (c + 1) * ATT_CHUNK < L ? (c + 1) * ATT_CHUNK : L; }
 /* One chunk's partial attention [group * (Dv + 2)] and the merge of a sequence's parts in order. */
 void attend_chunk(const float *qg, const float *k, const float *v, const int64_t *table, int64_t t0, int64_t t1,
                   int64_t group, int64_t g, int64_t Dk, int64_t Dv, int64_t bs, int64_t k_token_stride,

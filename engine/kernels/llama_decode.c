@@ -282,9 +282,6 @@ int fused_linear(const RLinear *L, const float *x, int64_t M, float *y) {
     return 0;
 }
 
-/* How many attention chunks a context of L tokens takes. */
-static inline int64_t row_chunks(int64_t L) { return (L + ATT_CHUNK - 1) / ATT_CHUNK; }
-
 /* Half-split rotation of one head: (a, b) = (x[i], x[i + D/2]) -> (a c - b s, b c + a s). */
 static void rope_head(float *x, const float *c, const float *s, int64_t half) {
     for (int64_t i = 0; i < half; i++) {
@@ -317,13 +314,13 @@ int llama_decode(const RModel *md, int64_t B, float *x, const float *cos, const 
     int64_t *first_chunk = malloc(sizeof(int64_t) * (size_t)B);
     for (int64_t b = 0; b < B && first_chunk != NULL; b++) {
         first_chunk[b] = total_chunks;
-        total_chunks += row_chunks(context_lens[b]);
-        multi |= row_chunks(context_lens[b]) > 1;
+        total_chunks += att_chunks(context_lens[b]);
+        multi |= att_chunks(context_lens[b]) > 1;
     }
     int64_t *chunk_row = malloc(sizeof(int64_t) * (size_t)(total_chunks + 1));
     float *parts = malloc(sizeof(float) * (size_t)(total_chunks * nkv * group * (D + 2)));
     for (int64_t b = 0; b < B && first_chunk != NULL && chunk_row != NULL; b++)
-        for (int64_t c = 0; c < row_chunks(context_lens[b]); c++) chunk_row[first_chunk[b] + c] = b;
+        for (int64_t c = 0; c < att_chunks(context_lens[b]); c++) chunk_row[first_chunk[b] + c] = b;
     int status = 0;
     if (!qkv || !att || !gu || !act || !S || !first_chunk || !chunk_row || !parts) {
         status = -1;
@@ -357,8 +354,10 @@ int llama_decode(const RModel *md, int64_t B, float *x, const float *cos, const 
 #pragma omp for schedule(dynamic, 1) nowait
             for (int64_t item = 0; item < total_chunks * nkv; item++) {
                 const int64_t ci = item / nkv, g = item % nkv, b = chunk_row[ci], c = ci - first_chunk[b];
-                const int64_t nc = row_chunks(context_lens[b]), t0 = c * ATT_CHUNK;
+                const int64_t nc = att_chunks(context_lens[b]);
                 float *row = qkv + b * qkvn, *k = row + qn + g * D, *v = k + kvn, qr[group * D];
+                /* each item rotates its own copy of the queries (a few hundred operations, the same values every
+                 * time) rather than waiting at one more barrier for a shared rotation */
                 memcpy(qr, row + g * group * D, sizeof(float) * (size_t)(group * D));
                 for (int64_t j = 0; j < group; j++) rope_head(qr + j * D, cos + b * half, sin + b * half, half);
                 if (!shared && c == nc - 1) {  /* the chunk holding the row's new token writes its K/V first */
@@ -367,16 +366,16 @@ int llama_decode(const RModel *md, int64_t B, float *x, const float *cos, const 
                     memcpy(ly->v + slots[b] * kvn + g * D, v, sizeof(float) * (size_t)D);
                 }
                 float *part = parts + ((first_chunk[b] * nkv + g * nc + c) * group * (D + 2));
-                attend_chunk(qr, ly->k, ly->v, tables + b * table_stride, t0,
-                             t0 + ATT_CHUNK < context_lens[b] ? t0 + ATT_CHUNK : context_lens[b], group, g, D, D,
-                             md->block_size, kvn, D, kvn, D, md->scale, part);
+                attend_chunk(qr, ly->k, ly->v, tables + b * table_stride, c * ATT_CHUNK,
+                             att_chunk_end(c, context_lens[b]), group, g, D, D, md->block_size, kvn, D, kvn, D,
+                             md->scale, part);
                 if (nc == 1) attend_merge(part, 1, group, D, att + b * qn + g * group * D);
             }
             team_wait(me->team, &me->sense);
             if (multi) {
 #pragma omp for schedule(static) nowait
                 for (int64_t item = 0; item < B * nkv; item++) {
-                    const int64_t b = item / nkv, g = item % nkv, nc = row_chunks(context_lens[b]);
+                    const int64_t b = item / nkv, g = item % nkv, nc = att_chunks(context_lens[b]);
                     if (nc > 1)
                         attend_merge(parts + (first_chunk[b] * nkv + g * nc) * group * (D + 2), nc, group, D,
                                      att + b * qn + g * group * D);
