@@ -26,16 +26,6 @@
 #include <immintrin.h>
 #endif
 
-#ifdef __AVX2__
-static inline float hsum(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
-#endif
-
 /* Activations are quantised per row in blocks of 32 as llama.cpp does (Q8_0: d = max|x| / 127,
  * q = round-half-even(x * (1 / d))), so that each block's product is an exact integer dot product:
  *   q8_0: y += (dw * dx) * sum(qw * qx)

@@ -2,8 +2,22 @@
 #ifndef RECIPE_CPU_KERNELS_H
 #define RECIPE_CPU_KERNELS_H
 #include <stdint.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 #define QK 32
+
+#ifdef __AVX2__
+/* The sum of an accumulator's 8 lanes, in the one order every output of every kernel finishes with. */
+static inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+#endif
 
 /* Rows x[M, K] rounded to Q8_0 blocks: int8 q, scale d and sum(q) per block of 32. */
 void quantize_rows(const float *x, int64_t M, int64_t K, int8_t *xq, float *dx, int32_t *xs);
