@@ -189,7 +189,7 @@ def main() -> None:
                     help="EngineConfig.decode_backend of every engine (fused: decode and verify steps of up to "
                          "64 tokens run every layer in one native call)")
     ap.add_argument("--weight-format", default="dtype", help="EngineConfig.weight_format of every engine")
-    ap.add_argument("--cost-fit", default="grid", choices=("grid", "plane"),
+    ap.add_argument("--cost-fit", default="convex", choices=("convex", "grid", "plane"),
                     help="EngineConfig.speculative_cost_fit of the speculative engine (auto's step cost model)")
     ap.add_argument("--draft-vocab", default="reduced", choices=("reduced", "full"),
                     help="EngineConfig.speculative_draft_vocab (draft-head: the head's frequency-ranked vocabulary)")

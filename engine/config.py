@@ -102,9 +102,14 @@ class EngineConfig:
     speculative: str | None = None
     num_speculative_tokens: int | str = "auto"
     speculative_cost_model: str | None = None
-    # how the profiled step cost predicts steps it did not measure (engine/speculative/cost_model.py): "grid"
-    # interpolates the measured steps; "plane" is a least-squares plane over seqs and tokens
-    speculative_cost_fit: str = "grid"
+    # how the profiled step cost predicts steps it did not measure (engine/speculative/cost_model.py): "convex"
+    # interpolates the measured steps fitted convex in tokens per batch size; "grid" fitted non-decreasing (the
+    # earlier fit); "plane" is a least-squares plane over seqs and tokens
+    speculative_cost_fit: str = "convex"
+    # "auto" learns each measured step's cost (per sequences and tokens, relative to the running correction) from
+    # the steps it runs, plain decode steps included, and uses it over the start-up profile's
+    # (engine/speculative/cost_model.py); False: one running correction over the profile (the earlier model)
+    speculative_cost_cells: bool = True
     # "draft-head": "reduced" drafts from the head's frequency-ranked vocabulary where its weights have one
     # (engine/speculative/draft_head.py), "full" from the target's whole vocabulary
     speculative_draft_vocab: str = "reduced"
@@ -192,8 +197,8 @@ class EngineConfig:
             (0.0 < self.speculative_pause_margin <= 1.0, "speculative_pause_margin must be in (0, 1]"),
             (self.speculative_offline_weight is None or self.speculative_offline_weight >= 0,
              "speculative_offline_weight must be >= 0"),
-            (self.speculative_cost_fit in ("grid", "plane"),
-             f"speculative_cost_fit must be 'grid' or 'plane', got {self.speculative_cost_fit!r}"),
+            (self.speculative_cost_fit in ("convex", "grid", "plane"),
+             f"speculative_cost_fit must be 'convex', 'grid' or 'plane', got {self.speculative_cost_fit!r}"),
             (self.num_speculative_tokens == "auto" or (isinstance(self.num_speculative_tokens, int)
                                                        and not isinstance(self.num_speculative_tokens, bool)
                                                        and 1 <= self.num_speculative_tokens <= 16),

@@ -225,8 +225,10 @@ class LLMEngine:
                     self.block_manager.commit(s.seq)
                     self.block_manager.offload(s.seq, s.start + s.num_tokens)
         spec = self.speculator
-        if spec is not None and result.num_accepted is not None:
-            spec.observe_step(len(sched.scheduled), sched.num_tokens, result.end_time - result.start_time)
+        if spec is not None:  # a step of decoding sequences alone (verify or plain decode) is a cell of the cost
+            decoding = all(s.sample and s.num_tokens == 1 + len(s.draft_ids) for s in sched.scheduled)
+            spec.observe_step(len(sched.scheduled), sched.num_tokens, result.end_time - result.start_time,
+                              verify=result.num_accepted is not None, decoding=decoding)
         for s in sched.scheduled:
             if not s.sample:
                 continue

@@ -118,9 +118,13 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--speculative-draft-head-weights", default=None, choices=("q8_0", "fp32"),
                    help="draft-head: draft with Q8_0 copies of the head's weights (q8_0, default) or the weights as "
                         "loaded (EngineConfig.speculative_draft_head_weights)")
-    g.add_argument("--speculative-cost-fit", default=None, choices=("grid", "plane"),
-                   help="auto draft lengths: the profiled step cost interpolated over the measured steps "
-                        "(grid, default) or a least-squares plane (EngineConfig.speculative_cost_fit)")
+    g.add_argument("--speculative-cost-fit", default=None, choices=("convex", "grid", "plane"),
+                   help="auto draft lengths: the profiled step cost interpolated over the measured steps fitted "
+                        "convex in tokens (convex, default) or non-decreasing (grid), or a least-squares plane "
+                        "(EngineConfig.speculative_cost_fit)")
+    g.add_argument("--speculative-cost-cells", action=argparse.BooleanOptionalAction, default=None,
+                   help="auto: learn each running step's cost per sequences and tokens over the start-up profile's "
+                        "(default on; off: one running correction; EngineConfig.speculative_cost_cells)")
     g.add_argument("--speculative-async", action=argparse.BooleanOptionalAction, default=None,
                    help="with --async-scheduling, steps that verify no draft overlap the next one (default on; "
                         "off: every speculative step waits for its predecessor; EngineConfig.speculative_async)")
@@ -190,7 +194,8 @@ ENGINE_OPTIONS = {
     "max_num_batched_tokens": "max_num_batched_tokens", "max_model_len": "max_model_len",
     "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
     "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",
-    "speculative_cost_fit": "speculative_cost_fit", "speculative_draft_vocab": "speculative_draft_vocab",
+    "speculative_cost_fit": "speculative_cost_fit", "speculative_cost_cells": "speculative_cost_cells",
+    "speculative_draft_vocab": "speculative_draft_vocab",
     "speculative_draft_head_weights": "speculative_draft_head_weights",
     "speculative_async": "speculative_async", "speculative_unverified_verdicts": "speculative_unverified_verdicts",
     "speculative_hit_window": "speculative_hit_window", "speculative_pause_margin": "speculative_pause_margin",

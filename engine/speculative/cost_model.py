@@ -7,7 +7,14 @@ by `fit(..., grid=True)`) it predicts by interpolating them instead, in tokens p
 measured batch size, then across batch sizes, and uses the plane only past the grid's edges: a step's cost
 is not linear in its tokens (a few rows cost about one; SmolLM2 at 8 sequences scores 16 tokens for about
 the time of 8, where the plane charged a draft token 3-4% of the step), and the policy's choices follow
-the marginal cost.
+the marginal cost. With `convex` the grid's times over tokens are fitted convex per batch size, so a profile's
+noise does not make one draft token look free and the next dear.
+
+With `learn_cells`, `observe` also learns each measured (sequences, tokens) step's own cost relative to the
+running correction, and an unmeasured step takes the factor of the nearest measured token counts at its batch
+size: a start-up profile times a short context with a few runs a point, so its marginal costs (what the policy
+weighs a draft token against) can be off by a factor of two where the running steps' are measured hundreds of
+times. The global correction still follows the machine's drift; a cell's factor is its shape.
 """
 
 from __future__ import annotations
@@ -18,16 +25,34 @@ from pathlib import Path
 
 import numpy as np
 
+CELL_MIN = 3  # observations before a (seqs, tokens) cell's own factor is used
+# a cell's factor: the mean of its first 50 observations, then an exponential average slower than the correction's,
+# so the machine's drift goes to the correction, which every cell shares
+CELL_WEIGHT = 0.02
 
-def isotonic(values: list[float]) -> np.ndarray:
-    """The non-decreasing sequence nearest `values` in least squares (pool adjacent violators)."""
-    blocks: list[list[float]] = []  # [mean, count]
-    for v in values:
-        blocks.append([v, 1.0])
+
+def isotonic(values: list[float], weights: list[float] | None = None) -> np.ndarray:
+    """The non-decreasing sequence nearest `values` in (weighted) least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for v, w in zip(values, weights or [1.0] * len(values), strict=True):
+        blocks.append([v, w, 1])
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m1, n1), (m2, n2) = blocks[-2], blocks.pop()
-            blocks[-1] = [(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2]
-    return np.concatenate([np.full(int(n), m) for m, n in blocks])
+            (m1, w1, n1), (m2, w2, n2) = blocks[-2], blocks.pop()
+            blocks[-1] = [(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2]
+    return np.concatenate([np.full(int(n), m) for m, _, n in blocks])
+
+
+def convex(xs: list[float], values: list[float]) -> np.ndarray:
+    """A non-decreasing convex fit of `values` at increasing `xs`: the slopes between neighbours made
+    non-decreasing and non-negative (isotonic, weighted by their spans), then integrated, placed at the least-squares
+    offset. A step's time over its tokens is the larger of a flat memory-bound cost and a rising compute cost, so
+    its marginal cost never falls; a profile's noise falls on the differences of neighbours, which this pools."""
+    if len(xs) < 2:
+        return np.asarray(values, dtype=float)
+    spans = np.diff(np.asarray(xs, dtype=float))
+    slopes = np.maximum(isotonic(list(np.diff(values) / spans), list(spans)), 0.0)
+    shape = np.concatenate([[0.0], np.cumsum(slopes * spans)])
+    return shape + float(np.mean(np.asarray(values) - shape))
 
 
 @dataclass
@@ -37,21 +62,37 @@ class StepCost:
     per_token: float
     correction: float = 1.0
     points: list[tuple[int, int, float]] = field(default_factory=list)  # measured (seqs, tokens, seconds)
+    learn_cells: bool = False  # `observe` learns each measured step's factor over the prediction (see above)
+    convex: bool = False  # the grid's times over tokens per batch size: convex (`convex`), else non-decreasing
 
     def __post_init__(self) -> None:
         self._rows: list[tuple[int, np.ndarray, np.ndarray]] = []  # per batch size: tokens/seq, seconds
         self._memo: dict[tuple[int, int], float] = {}  # the policy asks for the same few steps every step
+        # (seqs, tokens) -> [factor over raw * correction, observations]; and the factors used, until `observe`
+        self._cells: dict[tuple[int, int], list[float]] = {}
+        self._factors: dict[tuple[int, int], float] = {}
         for seqs in sorted({s for s, _, _ in self.points}):
             q = sorted((t / seqs, sec) for s, t, sec in self.points if s == seqs)
             # a longer query never costs less: a faster measurement of a larger step is noise, pooled with its
             # neighbours (isotonic least squares) rather than lifted to the slowest of them
-            self._rows.append((seqs, np.array([a for a, _ in q]), isotonic([b for _, b in q])))
+            qs, ts = [a for a, _ in q], [b for _, b in q]
+            self._rows.append((seqs, np.array(qs), convex(qs, ts) if self.convex else isotonic(ts)))
 
     def plane(self, num_seqs: float, num_tokens: float) -> float:
         return self.intercept + self.per_seq * num_seqs + self.per_token * num_tokens
 
     def predict(self, num_seqs: int, num_tokens: int) -> float:
-        return max(self._raw(num_seqs, num_tokens), 1e-6) * self.correction
+        return max(self._raw(num_seqs, num_tokens), 1e-6) * self.correction * self.factor(num_seqs, num_tokens)
+
+    def factor(self, num_seqs: int, num_tokens: int) -> float:
+        """The learned factor of a step: its cell's once measured CELL_MIN times, else interpolated in tokens
+        between the measured cells of its batch size (the nearest one past their ends), else 1."""
+        key = (num_seqs, num_tokens)
+        if key not in self._factors:
+            known = sorted((t, f) for (s, t), (f, n) in self._cells.items() if s == num_seqs and n >= CELL_MIN)
+            self._factors[key] = float(np.interp(num_tokens, [t for t, _ in known], [f for _, f in known])) \
+                if known else 1.0
+        return self._factors[key]
 
     def _raw(self, num_seqs: int, num_tokens: int) -> float:
         if not self._rows or num_seqs <= 0:
@@ -73,15 +114,23 @@ class StepCost:
 
     def observe(self, num_seqs: int, num_tokens: int, seconds: float, weight: float = 0.05) -> None:
         """Fold one measured step into the correction ratio (exponential average)."""
-        predicted = self.predict(num_seqs, num_tokens) / self.correction
-        ratio = min(max(seconds / predicted, 0.1), 10.0)
-        self.correction += weight * (ratio - self.correction)
+        raw = max(self._raw(num_seqs, num_tokens), 1e-6)
+        ratio = min(max(seconds / raw, 0.1), 10.0)
+        if not self.learn_cells:
+            self.correction += weight * (ratio - self.correction)
+            return
+        self.correction += weight * (ratio / self.factor(num_seqs, num_tokens) - self.correction)
+        cell = self._cells.setdefault((num_seqs, num_tokens), [1.0, 0])
+        cell[1] += 1
+        cell[0] += max(1.0 / cell[1], CELL_WEIGHT) * (ratio / self.correction - cell[0])
+        self._factors.clear()
 
     @classmethod
-    def fit(cls, samples: list[tuple[int, int, float]], grid: bool = False) -> StepCost:
+    def fit(cls, samples: list[tuple[int, int, float]], grid: bool = False, convex: bool = False) -> StepCost:
         """Least squares over (seqs, tokens, seconds); slopes are clipped at zero (time never falls).
 
-        `grid`: keep the samples too and predict by interpolating them (the plane extrapolates)."""
+        `grid`: keep the samples too and predict by interpolating them (the plane extrapolates); `convex`: their
+        convex fit per batch size (else non-decreasing)."""
         assert samples
         a = np.array([[1.0, s, t] for s, t, _ in samples])
         y = np.array([sec for _, _, sec in samples])
@@ -91,10 +140,10 @@ class StepCost:
         if per_seq == 0.0 or per_token == 0.0:  # refit the intercept for the clipped slopes
             intercept = float(np.mean(y - per_seq * a[:, 1] - per_token * a[:, 2]))
         points = [(int(s), int(t), float(sec)) for s, t, sec in samples] if grid else []
-        return cls(max(intercept, 0.0), per_seq, per_token, points=points)
+        return cls(max(intercept, 0.0), per_seq, per_token, points=points, convex=convex and grid)
 
     def save(self, path: str | Path) -> None:
-        data = {k: v for k, v in asdict(self).items() if k != "points"} | {"correction": 1.0}
+        data = {k: v for k, v in asdict(self).items() if k not in ("points", "learn_cells")} | {"correction": 1.0}
         if self.points:
             data["points"] = [list(p) for p in self.points]
         Path(path).write_text(json.dumps(data, indent=1))
@@ -104,4 +153,5 @@ class StepCost:
         """A file without "points" gives the plane alone."""
         data = json.loads(Path(path).read_text())
         points = [(int(s), int(t), float(sec)) for s, t, sec in data.get("points", [])]
-        return cls(float(data["intercept"]), float(data["per_seq"]), float(data["per_token"]), points=points)
+        return cls(float(data["intercept"]), float(data["per_seq"]), float(data["per_token"]), points=points,
+                   convex=bool(data.get("convex", False)))

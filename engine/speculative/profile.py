@@ -16,7 +16,7 @@ from recipe.engine.speculative.cost_model import StepCost
 
 
 def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: int = 64,
-                      repeats: int = 3, grid: bool = True) -> StepCost:
+                      repeats: int = 3, grid: bool = True, convex: bool = True) -> StepCost:
     """Fit `StepCost` to the fastest of `repeats` runs per grid point (after a warm-up pass), the grid run in
     `repeats` passes.
 
@@ -24,7 +24,8 @@ def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: in
     against, so its cost is measured, not extrapolated from verify steps. The fastest run, since on a shared
     machine the slower ones time other processes. One sequence is measured at every query length up to 7 (a
     few rows may cost about one, and the linear backend changes path at 4 and 7 rows); `grid`: `StepCost`
-    interpolates the measurements (else a least-squares plane)."""
+    interpolates the measurements (else a least-squares plane), `convex` fitted convex in tokens (else
+    non-decreasing)."""
     bs = runner.block_size
     context = max(0, min(context, runner.num_blocks * bs - max_query))  # a small pool: a shorter context
     per_seq = -(-(context + max_query) // bs)
@@ -42,4 +43,4 @@ def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: in
             t0 = time.perf_counter()
             runner.execute(step)
             best[key] = min(best[key], time.perf_counter() - t0)
-    return StepCost.fit([(b, b * q, t) for (b, q), t in best.items()], grid=grid)
+    return StepCost.fit([(b, b * q, t) for (b, q), t in best.items()], grid=grid, convex=convex)

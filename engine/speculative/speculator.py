@@ -215,8 +215,13 @@ class Speculator:
         seq.num_computed_tokens = start + 1 + num_accepted
         self.block_manager.truncate(seq, seq.num_computed_tokens)
 
-    def observe_step(self, num_seqs: int, num_tokens: int, seconds: float) -> None:
-        """A verify step's measured time: metrics, and the cost model's online correction."""
-        self.metrics.verify_s += seconds
-        if self.cost is not None:
-            self.cost.observe(num_seqs, num_tokens, seconds)
+    def observe_step(self, num_seqs: int, num_tokens: int, seconds: float, verify: bool = True,
+                     decoding: bool = False) -> None:
+        """A step's measured time (`verify`: it verified drafts; `decoding`: every sequence in it decodes, no
+        prompt chunk): a verify step's goes to the metrics; the cost model learns from the steps of decoding
+        sequences where it learns per cell (`StepCost.learn_cells`), else from every verify step."""
+        if verify:
+            self.metrics.verify_s += seconds
+        cost = self.cost
+        if cost is not None and (decoding if cost.learn_cells else verify):
+            cost.observe(num_seqs, num_tokens, seconds)

@@ -50,7 +50,7 @@ def test_greedy_tokens_equal_with_few_rows_on_and_off_with_speculation(tiny_llam
                         ("few-rows, ngram k=3", {"linear_backend": "few-rows", "speculative": "ngram",
                                                  "num_speculative_tokens": 3}),
                         ("few-rows, ngram auto", {"linear_backend": "few-rows", "speculative": "ngram",
-                                                  "speculative_cost_model": str(flat)})]:
+                                                  "speculative_cost_model": str(flat), "speculative_cost_cells": False})]:
         llm = LLM(str(tiny_llama_dir), **config, **extra)
         runs[name] = [o.new_token_ids for o in llm.generate(prompts, params)]
         if "speculative" in extra:

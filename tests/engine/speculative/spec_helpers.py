@@ -17,6 +17,8 @@ from tiny_paged_model import VOCAB, TinyInfo, TinyPagedLM
 def make_llm(model: TinyPagedLM, **config: object) -> LLM:
     config = {"dtype": "float64", "num_kv_blocks": 256, "block_size": 4, "max_num_batched_tokens": 48,
               "num_threads": 1, **config}
+    if "speculative_cost_model" in config:  # a given cost stays as given: the tiny model's own steps (~ms) would
+        config.setdefault("speculative_cost_cells", False)  # teach it their shape (cost_model.py, `learn_cells`)
     return LLM((model, TinyInfo()), **config)
 
 

@@ -18,7 +18,12 @@ def test_flags_map_to_the_engine_config() -> None:
         config = EngineConfig.from_kwargs("smollm2", **kwargs)
         assert (config.speculative, config.num_speculative_tokens) == ("ngram", k)
     assert (EngineConfig.from_kwargs("smollm2").speculative_cost_fit,
-            EngineConfig.from_kwargs("smollm2").speculative_draft_vocab) == ("grid", "reduced")
+            EngineConfig.from_kwargs("smollm2").speculative_draft_vocab) == ("convex", "reduced")
+    assert EngineConfig.from_kwargs("smollm2").speculative_cost_cells  # on by default
+    args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-cost-cells",
+                              "--speculative-cost-fit", "grid"])
+    config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
+    assert (config.speculative_cost_cells, config.speculative_cost_fit) == (False, "grid")
     args = parser.parse_args(["serve", "--speculative", "draft-head", "--speculative-cost-fit", "plane",
                               "--speculative-draft-vocab", "full"])
     config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))

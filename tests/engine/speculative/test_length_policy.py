@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from recipe.engine.speculative.cost_model import StepCost, isotonic
+from recipe.engine.speculative.cost_model import StepCost, convex, isotonic
 from recipe.engine.speculative.length_policy import choose_lengths, survivals
 
 
@@ -136,3 +137,53 @@ def test_isotonic_is_the_nearest_non_decreasing_sequence(values: list[float]) ->
     assert abs(got.sum() - sum(values)) < 1e-9  # pooled means keep the total
     if all(b >= a for a, b in itertools.pairwise(values)):
         assert np.allclose(got, values)
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.integers(1, 4), min_size=1, max_size=7), values=st.lists(st.floats(0.0, 1.0), min_size=8,
+                                                                                   max_size=8))
+def test_convex_fit_is_non_decreasing_convex_and_centred(steps: list[int], values: list[float]) -> None:
+    import numpy as np
+
+    xs = list(np.cumsum([1, *steps]))
+    ys = values[:len(xs)]
+    got = convex(xs, ys)
+    assert len(got) == len(xs)
+    if len(xs) > 1:
+        slopes = np.diff(got) / np.diff(xs)
+        assert bool(np.all(slopes >= -1e-12)) and bool(np.all(np.diff(slopes) >= -1e-9))
+    assert abs(float(np.sum(got - np.asarray(ys)))) < 1e-9  # placed at the least-squares offset
+    slopes = np.cumsum(values[:len(steps)])  # non-negative and non-decreasing: a convex, rising profile
+    rising = np.concatenate([[values[-1]], values[-1] + np.cumsum(slopes * np.asarray(steps))])
+    assert np.allclose(convex(xs, list(rising)), rising)  # a convex non-decreasing profile is kept as measured
+
+
+def test_convex_grid_pools_a_profiles_noise_into_rising_marginals() -> None:
+    """A start-up profile of one sequence (ms) whose third token measured almost free and fourth dear."""
+    profile = [27.3, 29.3, 30.6, 34.3, 34.9, 38.2, 41.0]
+    samples = [(1, t, ms / 1e3) for t, ms in enumerate(profile, 1)]
+    iso, cvx = StepCost.fit(samples, grid=True), StepCost.fit(samples, grid=True, convex=True)
+    marginal = [cvx.predict(1, t + 1) - cvx.predict(1, t) for t in range(1, 7)]
+    assert all(b >= a - 1e-12 for a, b in itertools.pairwise(marginal))
+    assert iso.predict(1, 3) - iso.predict(1, 2) < 0.0014 < cvx.predict(1, 3) - cvx.predict(1, 2)
+
+
+def test_cost_cells_learn_the_running_steps_shape_and_the_drift() -> None:
+    """The profile says a third token costs 1.3 ms; running steps cost 3.5 ms for it, while the machine slows by
+    20%. Cells learn the shape, the correction the drift; the earlier model keeps the profile's shape."""
+    samples = [(1, 1, 0.0273), (1, 2, 0.0293), (1, 3, 0.0306), (1, 4, 0.0343), (1, 5, 0.0349)]
+    true = {1: 0.030, 2: 0.033, 3: 0.0365, 4: 0.040}
+    learned = StepCost.fit(samples, grid=True)
+    learned.learn_cells = True
+    fixed = StepCost.fit(samples, grid=True)
+    for i in range(600):
+        drift = 1.0 + 0.2 * i / 600
+        t = (2, 3, 2, 1)[i % 4]
+        for cost in (learned, fixed):
+            cost.observe(1, t, true[t] * drift)
+    for t in (1, 2, 3):
+        assert learned.predict(1, t) == pytest.approx(true[t] * 1.2, rel=0.03), t
+    assert learned.predict(1, 3) - learned.predict(1, 2) == pytest.approx(0.0035 * 1.2, rel=0.15)
+    assert fixed.predict(1, 3) - fixed.predict(1, 2) < 0.0020  # the profile's 1.3 ms, scaled
+    # an unmeasured step takes its nearest measured neighbour's factor: (1, 4) as (1, 3)
+    assert learned.factor(1, 4) == learned.factor(1, 3) and learned.factor(2, 4) == 1.0
