@@ -67,7 +67,11 @@ class Sampler:
 
     def process_logits(self, logits: torch.Tensor, rows: list[SamplingRow],
                        bitmask: torch.Tensor | None = None) -> torch.Tensor:
-        """Apply masks, penalties, temperature and top-k/top-p/min-p; returns new fp32 logits [B, V]."""
+        """Apply masks, penalties, temperature and top-k/top-p/min-p; returns fp32 logits [B, V] (a new tensor,
+        or the given fp32 one where every row is greedy, unmasked and unpenalised)."""
+        if bitmask is None and all(r.params.greedy and r.params.repetition_penalty == 1.0 and not
+                                   (r.params.presence_penalty or r.params.frequency_penalty) for r in rows):
+            return logits.float()  # nothing to apply: the argmax reads them as they are (no copy)
         logits = logits.float().clone()
         _B, V = logits.shape
         dev = logits.device

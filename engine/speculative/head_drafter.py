@@ -18,12 +18,17 @@ from recipe.engine.speculative.chain_budget import ChainBudget, chain_on
 from recipe.engine.speculative.draft_head import DraftHead, DraftProjection, quantized
 from recipe.engine.speculative.drafter import Draft
 from recipe.engine.speculative.native_draft_head import NativeDraftHead
+from torch import nn
+from torch.nn import functional as F
 
 
 def embedder(model: Any) -> Any:
     """The target's token embedding as a function of ids."""
-    if hasattr(model, "embed_tokens"):
-        return model.embed_tokens
+    module = getattr(model, "embed_tokens", None)
+    if isinstance(module, nn.Embedding):  # its table read at each call (weights may move, e.g. to huge pages)
+        return lambda ids: F.embedding(ids, module.weight)
+    if module is not None:
+        return module
     return lambda ids: model.embed[ids]  # the engine tests' tiny model
 
 
@@ -39,6 +44,7 @@ class DraftHeadDrafter:
         self.project = DraftProjection(model, None if full_vocab else head.vocab, q8_0)
         # q8_0: the whole position in one native call where the library and the head's shapes allow
         self.native = NativeDraftHead.build(self.head, self.project) if q8_0 else None
+        self.dtype = next(self.head.parameters()).dtype
         self.hidden: dict[int, torch.Tensor] = {}  # seq_id -> hidden state behind its last token
         # the chain stops once every row's survival (product of calibrated confidences) is below this: each
         # position costs an LM-head pass, and "auto" never verifies a token below its break-even survival
@@ -56,8 +62,9 @@ class DraftHeadDrafter:
         out = [Draft() for _ in seqs]
         if not rows:
             return out
-        dtype = next(self.head.parameters()).dtype
-        h = torch.stack([self.hidden[seqs[i].seq_id] for i in rows]).to(dtype)
+        dtype = self.dtype
+        h = (self.hidden[seqs[rows[0]].seq_id][None] if len(rows) == 1
+             else torch.stack([self.hidden[seqs[i].seq_id] for i in rows])).to(dtype)
         x = torch.tensor([seqs[i].token_ids[-1] for i in rows], device=h.device)
         tokens, probs = [], []
         survival = [1.0] * len(rows)
