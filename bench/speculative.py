@@ -17,7 +17,8 @@ Configurations: no speculation (the engine's default, asynchronous scheduling on
 k = 1..6, and k = auto (per sequence and step, from calibrated confidences and the start-up step cost model).
 Also: no speculation with asynchronous scheduling off ("off (sync)"), and, when `--ks` names "auto-sync", auto
 with `speculative_async` off (every speculative step synchronous, the switch's reference); "auto-by-n", auto with
-`speculative_ngram_match_buckets` off (n-gram confidences keyed by the matched n alone, that switch's reference).
+`speculative_ngram_match_buckets` off (n-gram confidences keyed by the matched n alone, that switch's reference);
+"auto-grid", auto with the earlier step cost (`speculative_cost_fit="grid"`, `speculative_cost_cells` off).
 Fairness: the configurations take turns within each round in an order that rotates from round to round (drift
 and bursts of load hit every configuration alike, not always the last ones); one warm-up round per workload and
 batch is excluded. `--interleave slice` pairs them more closely: an engine per configuration (each with its own
@@ -179,7 +180,8 @@ def main() -> None:
     ap.add_argument("--workloads", default="edit,chat,json")
     ap.add_argument("--ks", default="1,2,3,4,5,6,auto", help="speculation configurations: fixed k, auto, auto-sync "
                     "(auto, every step synchronous), auto-by-n (auto, n-gram confidences keyed by the matched n "
-                    "alone: speculative_ngram_match_buckets off; with --interleave slice)")
+                    "alone: speculative_ngram_match_buckets off), auto-grid (auto, the earlier step cost: "
+                    "speculative_cost_fit=grid, speculative_cost_cells off); the last two with --interleave slice")
     ap.add_argument("--repeats", type=int, default=1, help="timed rounds (fresh prompts each)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--linear-backend", default="few-rows", choices=("torch", "few-rows"),
@@ -214,7 +216,9 @@ def main() -> None:
     spec = LLM("smollm2", num_speculative_tokens="auto", **spec_config)
     print(f"step cost model (profiled at start-up): {spec.engine.speculator.cost}")
     overlap = spec.engine.async_scheduling
-    ks: list[int | str] = [k if k in ("auto", "auto-sync", "auto-by-n") else int(k) for k in args.ks.split(",")]
+    variants = {"auto-sync": {"speculative_async": False}, "auto-by-n": {"speculative_ngram_match_buckets": False},
+                "auto-grid": {"speculative_cost_fit": "grid", "speculative_cost_cells": False}}
+    ks: list[int | str] = [k if k == "auto" or k in variants else int(k) for k in args.ks.split(",")]
     sliced: dict[str, LLM] = {}  # --interleave slice: an engine per configuration
     rotating: list[str] = []  # fixed k and auto: their engines swap configurations from round to round
     if args.interleave == "slice":
@@ -223,12 +227,11 @@ def main() -> None:
         for i, key in enumerate(rotating):
             sliced[key] = spec if i == 0 else LLM("smollm2", num_speculative_tokens="auto", **spec_config)
         for k in ks:
-            variant = {"auto-sync": {"speculative_async": False},
-                       "auto-by-n": {"speculative_ngram_match_buckets": False}}.get(str(k))
+            variant = variants.get(str(k))
             if variant is not None:
                 sliced[f"k={k}"] = LLM("smollm2", num_speculative_tokens="auto", **spec_config | variant)
-    elif "auto-by-n" in ks:
-        ap.error("auto-by-n needs --interleave slice (an engine of its own: its calibration keys differ)")
+    elif "auto-by-n" in ks or "auto-grid" in ks:
+        ap.error("auto-by-n and auto-grid need --interleave slice (an engine of its own)")
     tok = spec.tokenizer
     loads = workloads(tok)
     for name in args.workloads.split(","):
@@ -306,17 +309,18 @@ def main() -> None:
                     line += f"{acc / max(a, 1):8.2f}{1 + acc / max(d, 1):10.2f}{chosen:8.2f}{cpu:10.2f}  {same}"
                 print(line, flush=True)
             fixed = [key for key in configs if key[2:].isdigit()]
-            for auto in ("k=auto", "k=auto-sync", "k=auto-by-n"):
+            for auto in ("k=auto", *(f"k={v}" for v in variants)):
                 if fixed and auto in configs:
                     best = max(fixed, key=lambda key: statistics.median(ratios[key]))
                     paired = [x / y - 1 for x, y in zip(rates[auto], rates[best], strict=True)]
                     print(f"  {auto[2:]} vs best fixed {best} ({statistics.median(ratios[best]):.2f}x): "
                           f"{statistics.median(paired):+.1%} (paired per round, {min(paired):+.1%} to "
                           f"{max(paired):+.1%})", flush=True)
-            if "k=auto" in configs and "k=auto-sync" in configs:
-                paired = [x / y - 1 for x, y in zip(rates["k=auto"], rates["k=auto-sync"], strict=True)]
-                print(f"  auto vs auto-sync: {statistics.median(paired):+.1%} (paired per round, "
-                      f"{min(paired):+.1%} to {max(paired):+.1%})", flush=True)
+            for v in variants:
+                if "k=auto" in configs and f"k={v}" in configs:
+                    paired = [x / y - 1 for x, y in zip(rates["k=auto"], rates[f"k={v}"], strict=True)]
+                    print(f"  auto vs {v}: {statistics.median(paired):+.1%} (paired per round, "
+                          f"{min(paired):+.1%} to {max(paired):+.1%})", flush=True)
     for llm in {id(x): x for x in (off, sync, spec, *sliced.values())}.values():
         llm.shutdown()
 
