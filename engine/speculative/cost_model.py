@@ -63,7 +63,7 @@ class StepCost:
     correction: float = 1.0
     points: list[tuple[int, int, float]] = field(default_factory=list)  # measured (seqs, tokens, seconds)
     learn_cells: bool = False  # `observe` learns each measured step's factor over the prediction (see above)
-    convex: bool = False  # the grid's times over tokens per batch size: convex (`convex`), else non-decreasing
+    convex: bool = False  # the grid's times over tokens, per batch size: fitted convex, else non-decreasing
 
     def __post_init__(self) -> None:
         self._rows: list[tuple[int, np.ndarray, np.ndarray]] = []  # per batch size: tokens/seq, seconds
@@ -113,7 +113,8 @@ class StepCost:
         return grid + self.plane(num_seqs, num_tokens) - self.plane(s_in, s_in * q_in)
 
     def observe(self, num_seqs: int, num_tokens: int, seconds: float, weight: float = 0.05) -> None:
-        """Fold one measured step into the correction ratio (exponential average)."""
+        """Fold one measured step into the correction ratio (exponential average) and, with `learn_cells`,
+        into its cell's factor."""
         raw = max(self._raw(num_seqs, num_tokens), 1e-6)
         ratio = min(max(seconds / raw, 0.1), 10.0)
         if not self.learn_cells:
