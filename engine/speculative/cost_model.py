@@ -68,9 +68,10 @@ class StepCost:
     def __post_init__(self) -> None:
         self._rows: list[tuple[int, np.ndarray, np.ndarray]] = []  # per batch size: tokens/seq, seconds
         self._memo: dict[tuple[int, int], float] = {}  # the policy asks for the same few steps every step
-        # (seqs, tokens) -> [factor over raw * correction, observations]; and the factors used, until `observe`
-        self._cells: dict[tuple[int, int], list[float]] = {}
-        self._factors: dict[tuple[int, int], float] = {}
+        # seqs -> tokens -> [factor over raw * correction, observations]; and, per batch size until `observe`
+        # measures it again, the factors asked for
+        self._cells: dict[int, dict[int, list[float]]] = {}
+        self._factors: dict[int, dict[int, float]] = {}
         for seqs in sorted({s for s, _, _ in self.points}):
             q = sorted((t / seqs, sec) for s, t, sec in self.points if s == seqs)
             # a longer query never costs less: a faster measurement of a larger step is noise, pooled with its
@@ -87,12 +88,12 @@ class StepCost:
     def factor(self, num_seqs: int, num_tokens: int) -> float:
         """The learned factor of a step: its cell's once measured CELL_MIN times, else interpolated in tokens
         between the measured cells of its batch size (the nearest one past their ends), else 1."""
-        key = (num_seqs, num_tokens)
-        if key not in self._factors:
-            known = sorted((t, f) for (s, t), (f, n) in self._cells.items() if s == num_seqs and n >= CELL_MIN)
-            self._factors[key] = float(np.interp(num_tokens, [t for t, _ in known], [f for _, f in known])) \
+        factors = self._factors.setdefault(num_seqs, {})
+        if num_tokens not in factors:
+            known = sorted((t, f) for t, (f, n) in self._cells.get(num_seqs, {}).items() if n >= CELL_MIN)
+            factors[num_tokens] = float(np.interp(num_tokens, [t for t, _ in known], [f for _, f in known])) \
                 if known else 1.0
-        return self._factors[key]
+        return factors[num_tokens]
 
     def _raw(self, num_seqs: int, num_tokens: int) -> float:
         if not self._rows or num_seqs <= 0:
@@ -121,10 +122,10 @@ class StepCost:
             self.correction += weight * (ratio - self.correction)
             return
         self.correction += weight * (ratio / self.factor(num_seqs, num_tokens) - self.correction)
-        cell = self._cells.setdefault((num_seqs, num_tokens), [1.0, 0])
+        cell = self._cells.setdefault(num_seqs, {}).setdefault(num_tokens, [1.0, 0])
         cell[1] += 1
         cell[0] += max(1.0 / cell[1], CELL_WEIGHT) * (ratio / self.correction - cell[0])
-        self._factors.clear()
+        self._factors.pop(num_seqs, None)  # only this batch size's factors moved
 
     @classmethod
     def fit(cls, samples: list[tuple[int, int, float]], grid: bool = False, convex: bool = False) -> StepCost:
