@@ -18,7 +18,8 @@ k = 1..6, and k = auto (per sequence and step, from calibrated confidences and t
 Also: no speculation with asynchronous scheduling off ("off (sync)"), and, when `--ks` names "auto-sync", auto
 with `speculative_async` off (every speculative step synchronous, the switch's reference); "auto-by-n", auto with
 `speculative_ngram_match_buckets` off (n-gram confidences keyed by the matched n alone, that switch's reference);
-"auto-grid", auto with the earlier step cost (`speculative_cost_fit="grid"`, `speculative_cost_cells` off).
+"auto-grid", auto with the earlier step cost (`speculative_cost_fit="grid"`, `speculative_cost_cells` off);
+"auto-unfitted", auto with the learned cells' own factors (`speculative_cost_cells_fit` off).
 Fairness: the configurations take turns within each round in an order that rotates from round to round (drift
 and bursts of load hit every configuration alike, not always the last ones); one warm-up round per workload and
 batch is excluded. `--interleave slice` pairs them more closely: an engine per configuration (each with its own
@@ -181,7 +182,8 @@ def main() -> None:
     ap.add_argument("--ks", default="1,2,3,4,5,6,auto", help="speculation configurations: fixed k, auto, auto-sync "
                     "(auto, every step synchronous), auto-by-n (auto, n-gram confidences keyed by the matched n "
                     "alone: speculative_ngram_match_buckets off), auto-grid (auto, the earlier step cost: "
-                    "speculative_cost_fit=grid, speculative_cost_cells off); the last two with --interleave slice")
+                    "speculative_cost_fit=grid, speculative_cost_cells off), auto-unfitted (auto, the learned cells "
+                    "unfitted: speculative_cost_cells_fit off); the last three with --interleave slice")
     ap.add_argument("--repeats", type=int, default=1, help="timed rounds (fresh prompts each)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--linear-backend", default="few-rows", choices=("torch", "few-rows"),
@@ -217,7 +219,8 @@ def main() -> None:
     print(f"step cost model (profiled at start-up): {spec.engine.speculator.cost}")
     overlap = spec.engine.async_scheduling
     variants = {"auto-sync": {"speculative_async": False}, "auto-by-n": {"speculative_ngram_match_buckets": False},
-                "auto-grid": {"speculative_cost_fit": "grid", "speculative_cost_cells": False}}
+                "auto-grid": {"speculative_cost_fit": "grid", "speculative_cost_cells": False},
+                "auto-unfitted": {"speculative_cost_cells_fit": False}}
     ks: list[int | str] = [k if k == "auto" or k in variants else int(k) for k in args.ks.split(",")]
     sliced: dict[str, LLM] = {}  # --interleave slice: an engine per configuration
     rotating: list[str] = []  # fixed k and auto: their engines swap configurations from round to round
@@ -230,8 +233,8 @@ def main() -> None:
             variant = variants.get(str(k))
             if variant is not None:
                 sliced[f"k={k}"] = LLM("smollm2", num_speculative_tokens="auto", **spec_config | variant)
-    elif "auto-by-n" in ks or "auto-grid" in ks:
-        ap.error("auto-by-n and auto-grid need --interleave slice (an engine of its own)")
+    elif any(k in ks for k in ("auto-by-n", "auto-grid", "auto-unfitted")):
+        ap.error("auto-by-n, auto-grid and auto-unfitted need --interleave slice (an engine of its own)")
     tok = spec.tokenizer
     loads = workloads(tok)
     for name in args.workloads.split(","):

@@ -110,6 +110,10 @@ class EngineConfig:
     # the steps it runs, plain decode steps included, and uses it over the start-up profile's
     # (engine/speculative/cost_model.py); False: one running correction over the profile (the earlier model)
     speculative_cost_cells: bool = True
+    # with `speculative_cost_cells`: a batch size's learned times are fitted again as the profile was ("convex":
+    # convex, "grid": non-decreasing in tokens), weighted by their observations, the profile's points the prior of
+    # the shape; False: the cells' own factors, interpolated between them
+    speculative_cost_cells_fit: bool = True
     # "draft-head": "reduced" drafts from the head's frequency-ranked vocabulary where its weights have one
     # (engine/speculative/draft_head.py), "full" from the target's whole vocabulary
     speculative_draft_vocab: str = "reduced"

@@ -125,6 +125,10 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--speculative-cost-cells", action=argparse.BooleanOptionalAction, default=None,
                    help="auto: learn each running step's cost per sequences and tokens over the start-up profile's "
                         "(default on; off: one running correction; EngineConfig.speculative_cost_cells)")
+    g.add_argument("--speculative-cost-cells-fit", action=argparse.BooleanOptionalAction, default=None,
+                   help="auto: fit each batch size's learned step costs convex (or non-decreasing) in tokens, "
+                        "weighted by their observations (default on; off: the cells' own factors; "
+                        "EngineConfig.speculative_cost_cells_fit)")
     g.add_argument("--speculative-async", action=argparse.BooleanOptionalAction, default=None,
                    help="with --async-scheduling, steps that verify no draft overlap the next one (default on; "
                         "off: every speculative step waits for its predecessor; EngineConfig.speculative_async)")
@@ -195,6 +199,7 @@ ENGINE_OPTIONS = {
     "enable_prefix_caching": "enable_prefix_caching", "async_scheduling": "async_scheduling",
     "speculative": "speculative", "num_speculative_tokens": "num_speculative_tokens",
     "speculative_cost_fit": "speculative_cost_fit", "speculative_cost_cells": "speculative_cost_cells",
+    "speculative_cost_cells_fit": "speculative_cost_cells_fit",
     "speculative_draft_vocab": "speculative_draft_vocab",
     "speculative_draft_head_weights": "speculative_draft_head_weights",
     "speculative_async": "speculative_async", "speculative_unverified_verdicts": "speculative_unverified_verdicts",

@@ -56,7 +56,7 @@ def build_speculator(config: Any, *, model: Any, runner: Any, run_on_model_threa
             cost = run_on_model_thread(lambda: profile_step_cost(
                 runner, max_seqs=min(config.max_num_seqs, 8), max_query=max_draft + 1,
                 grid=config.speculative_cost_fit != "plane", convex=config.speculative_cost_fit == "convex"))
-        cost.learn_cells = config.speculative_cost_cells
+        cost.learn_cells, cost.fit_cells = config.speculative_cost_cells, config.speculative_cost_cells_fit
     return Speculator(drafter, k, block_manager=block_manager, max_model_len=max_model_len,
                       max_num_batched_tokens=config.max_num_batched_tokens, vocab_size=vocab_size, cost=cost,
                       unverified_verdicts=config.speculative_unverified_verdicts,

@@ -11,15 +11,20 @@ the marginal cost. With `convex` the grid's times over tokens are fitted convex 
 noise does not make one draft token look free and the next dear.
 
 With `learn_cells`, `observe` also learns each measured (sequences, tokens) step's own cost relative to the
-running correction, and an unmeasured step takes the factor of the nearest measured token counts at its batch
-size: a start-up profile times a short context with a few runs a point, so its marginal costs (what the policy
-weighs a draft token against) can be off by a factor of two where the running steps' are measured hundreds of
-times. The global correction still follows the machine's drift; a cell's factor is its shape.
+running correction: a start-up profile times a short context with a few runs a point, so its marginal costs (what
+the policy weighs a draft token against) can be off by a factor of two where the running steps' are measured
+hundreds of times. The global correction still follows the machine's drift; a cell's factor is its shape. With
+`fit_cells` (the default) a batch size's learned times are fitted again as the profile was (convex or
+non-decreasing in tokens), weighted by their observations, with the profile's own points as a weak prior: at 8
+sequences a draft row costs ~2 ms of a ~40 ms step, less than the spread between two cells' factors, and the
+cells alone priced a 9-token step below an 8-token one and a 13-token step below a 12-token one. Without it an
+unmeasured step takes the factor of the nearest measured token counts at its batch size.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,6 +34,8 @@ CELL_MIN = 3  # observations before a (seqs, tokens) cell's own factor is used
 # a cell's factor: the mean of its first 50 observations, then an exponential average slower than the correction's,
 # so the machine's drift goes to the correction, which every cell shares
 CELL_WEIGHT = 0.02
+REFIT_EVERY = 8  # `fit_cells`: a batch size's cells are fitted again every this many of its observations
+PRIOR_WEIGHT = 3.0  # `fit_cells`: a profile point counts as this many observed steps (it is the fastest of 3 runs)
 
 
 def isotonic(values: list[float], weights: list[float] | None = None) -> np.ndarray:
@@ -42,17 +49,47 @@ def isotonic(values: list[float], weights: list[float] | None = None) -> np.ndar
     return np.concatenate([np.full(int(n), m) for m, _, n in blocks])
 
 
-def convex(xs: list[float], values: list[float]) -> np.ndarray:
-    """A non-decreasing convex fit of `values` at increasing `xs`: the slopes between neighbours made
-    non-decreasing and non-negative (isotonic, weighted by their spans), then integrated, placed at the least-squares
-    offset. A step's time over its tokens is the larger of a flat memory-bound cost and a rising compute cost, so
-    its marginal cost never falls; a profile's noise falls on the differences of neighbours, which this pools."""
-    if len(xs) < 2:
-        return np.asarray(values, dtype=float)
-    spans = np.diff(np.asarray(xs, dtype=float))
-    slopes = np.maximum(isotonic(list(np.diff(values) / spans), list(spans)), 0.0)
-    shape = np.concatenate([[0.0], np.cumsum(slopes * spans)])
-    return shape + float(np.mean(np.asarray(values) - shape))
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """argmin |a x - b| over x >= 0 (Lawson and Hanson's active set)."""
+    n = a.shape[1]
+    x, passive = np.zeros(n), np.zeros(n, dtype=bool)
+    tol = 1e-12 * max(1.0, float(np.abs(a).sum() * np.abs(b).sum()))
+    for _ in range(3 * n + 3):
+        grad = a.T @ (b - a @ x)
+        if passive.all() or float(np.max(np.where(passive, -np.inf, grad))) <= tol:
+            break
+        passive[int(np.argmax(np.where(passive, -np.inf, grad)))] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if bool(np.all(z[passive] > 0)):
+                break
+            neg = passive & (z <= 0)
+            alpha = float(np.min(x[neg] / (x[neg] - z[neg])))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+        x = z
+    return x
+
+
+def convex(xs: Sequence[float], values: Sequence[float], weights: Sequence[float] | None = None) -> np.ndarray:
+    """The non-decreasing convex function nearest `values` at `xs` (non-decreasing; repeats allowed) in weighted
+    least squares, at those xs. A step's time over its tokens is the larger of a flat memory-bound cost and a rising
+    compute cost, so its marginal cost never falls; a profile's noise falls on the differences of neighbours, which
+    this pools. The fit is c + sum_k d_k (x - x_k)+ over the distinct xs but the last, every d_k >= 0."""
+    x = np.asarray(xs, dtype=float)
+    y = np.asarray(values, dtype=float)
+    w = np.ones_like(y) if weights is None else np.asarray(weights, dtype=float)
+    knots = np.unique(x)[:-1]
+    if not len(knots):
+        return np.full_like(y, float(np.average(y, weights=w)))
+    hinge = np.maximum(x[:, None] - knots[None, :], 0.0)
+    # the intercept is free: centre the hinges and the values at their weighted means
+    hinge_mean, y_mean = np.average(hinge, axis=0, weights=w), float(np.average(y, weights=w))
+    root = np.sqrt(w)[:, None]
+    d = nnls(root * (hinge - hinge_mean), root[:, 0] * (y - y_mean))
+    return y_mean + (hinge - hinge_mean) @ d
 
 
 @dataclass
@@ -64,6 +101,7 @@ class StepCost:
     points: list[tuple[int, int, float]] = field(default_factory=list)  # measured (seqs, tokens, seconds)
     learn_cells: bool = False  # `observe` learns each measured step's factor over the prediction (see above)
     convex: bool = False  # the grid's times over tokens, per batch size: fitted convex, else non-decreasing
+    fit_cells: bool = True  # with `learn_cells`: a batch size's learned times fitted as the grid's (see above)
 
     def __post_init__(self) -> None:
         self._rows: list[tuple[int, np.ndarray, np.ndarray]] = []  # per batch size: tokens/seq, seconds
@@ -72,6 +110,9 @@ class StepCost:
         # measures it again, the factors asked for
         self._cells: dict[int, dict[int, list[float]]] = {}
         self._factors: dict[int, dict[int, float]] = {}
+        # `fit_cells`: per batch size, its fitted learned times (token counts, seconds), and the observations since
+        self._curves: dict[int, tuple[list[int], np.ndarray]] = {}
+        self._fresh: dict[int, int] = {}
         for seqs in sorted({s for s, _, _ in self.points}):
             q = sorted((t / seqs, sec) for s, t, sec in self.points if s == seqs)
             # a longer query never costs less: a faster measurement of a larger step is noise, pooled with its
@@ -86,14 +127,44 @@ class StepCost:
         return max(self._raw(num_seqs, num_tokens), 1e-6) * self.correction * self.factor(num_seqs, num_tokens)
 
     def factor(self, num_seqs: int, num_tokens: int) -> float:
-        """The learned factor of a step: its cell's once measured CELL_MIN times, else interpolated in tokens
-        between the measured cells of its batch size (the nearest one past their ends), else 1."""
+        """The learned factor of a step: 1 until a step of its batch size is measured. With `fit_cells`, the
+        batch size's fitted learned time over the profile's, interpolated in tokens (the nearest fitted one past
+        their ends); else its cell's once measured CELL_MIN times, else interpolated between the measured cells of
+        its batch size."""
         factors = self._factors.setdefault(num_seqs, {})
         if num_tokens not in factors:
-            known = sorted((t, f) for t, (f, n) in self._cells.get(num_seqs, {}).items() if n >= CELL_MIN)
-            factors[num_tokens] = float(np.interp(num_tokens, [t for t, _ in known], [f for _, f in known])) \
-                if known else 1.0
+            cells = self._cells.get(num_seqs, {})
+            if self.fit_cells and cells:
+                if num_seqs not in self._curves:
+                    self._curves[num_seqs] = self._fitted(num_seqs, cells)
+                ts, fitted = self._curves[num_seqs]
+                t = min(max(num_tokens, ts[0]), ts[-1])
+                factors[num_tokens] = float(np.interp(t, ts, fitted)) / max(self._raw(num_seqs, t), 1e-6)
+            else:
+                known = sorted((t, f) for t, (f, n) in cells.items() if n >= CELL_MIN)
+                factors[num_tokens] = float(np.interp(num_tokens, [t for t, _ in known], [f for _, f in known])) \
+                    if known else 1.0
         return factors[num_tokens]
+
+    def _fitted(self, num_seqs: int, cells: dict[int, list[float]]) -> tuple[list[int], np.ndarray]:
+        """The batch size's learned times (each cell's factor times the profile's, weighted by its observations)
+        and the profile's own at its token counts (PRIOR_WEIGHT each), fitted as the grid was: (token counts,
+        fitted times without the correction)."""
+        qs = sorted({float(q) for _, row, _ in self._rows for q in row}) or [1.0, 2.0, 3.0, 5.0, 9.0]
+        prior = sorted({max(num_seqs, round(num_seqs * q)) for q in qs})
+        measured = [(t, self._raw(num_seqs, t) * f, min(n, 1.0 / CELL_WEIGHT)) for t, (f, n) in cells.items()]
+        # the prior gives the shape, not the level: at the cells' mean factor, else it pulls the cells towards it
+        # and the running correction, which divides by their fit, away from it
+        level = sum(f * w for (f, _), (_, _, w) in zip(cells.values(), measured, strict=True)) / sum(
+            w for _, _, w in measured)
+        sums: dict[int, list[float]] = {}  # token count -> [weighted sum, weight]: a cell and a prior point pool
+        for t, value, w in measured + [(t, self._raw(num_seqs, t) * level, PRIOR_WEIGHT) for t in prior]:
+            acc = sums.setdefault(t, [0.0, 0.0])
+            acc[0] += value * w
+            acc[1] += w
+        ts = sorted(sums)
+        values, weights = [sums[t][0] / sums[t][1] for t in ts], [sums[t][1] for t in ts]
+        return ts, convex(ts, values, weights) if self.convex else isotonic(values, weights)
 
     def _raw(self, num_seqs: int, num_tokens: int) -> float:
         if not self._rows or num_seqs <= 0:
@@ -125,7 +196,13 @@ class StepCost:
         cell = self._cells.setdefault(num_seqs, {}).setdefault(num_tokens, [1.0, 0])
         cell[1] += 1
         cell[0] += max(1.0 / cell[1], CELL_WEIGHT) * (ratio / self.correction - cell[0])
-        self._factors.pop(num_seqs, None)  # only this batch size's factors moved
+        # only this batch size's factors moved; fitted, they are fitted again every REFIT_EVERY observations of
+        # it (a fit takes ~0.5 ms, a cell's factor moves by at most CELL_WEIGHT of its error an observation)
+        fresh = self._fresh[num_seqs] = self._fresh.get(num_seqs, 0) + 1
+        if not self.fit_cells or fresh >= REFIT_EVERY or cell[1] <= CELL_MIN:
+            self._factors.pop(num_seqs, None)
+            self._curves.pop(num_seqs, None)
+            self._fresh[num_seqs] = 0
 
     @classmethod
     def fit(cls, samples: list[tuple[int, int, float]], grid: bool = False, convex: bool = False) -> StepCost:
@@ -145,7 +222,7 @@ class StepCost:
         return cls(max(intercept, 0.0), per_seq, per_token, points=points, convex=convex and grid)
 
     def save(self, path: str | Path) -> None:
-        data = {k: v for k, v in asdict(self).items() if k not in ("points", "learn_cells")} | {"correction": 1.0}
+        data = {k: v for k, v in asdict(self).items() if k not in ("points", "learn_cells", "fit_cells")} | {"correction": 1.0}
         if self.points:
             data["points"] = [list(p) for p in self.points]
         Path(path).write_text(json.dumps(data, indent=1))

@@ -24,6 +24,9 @@ def test_flags_map_to_the_engine_config() -> None:
                               "--speculative-cost-fit", "grid"])
     config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
     assert (config.speculative_cost_cells, config.speculative_cost_fit) == (False, "grid")
+    assert EngineConfig.from_kwargs("smollm2").speculative_cost_cells_fit  # on by default
+    args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-cost-cells-fit"])
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_cost_cells_fit is False
     args = parser.parse_args(["serve", "--speculative", "draft-head", "--speculative-cost-fit", "plane",
                               "--speculative-draft-vocab", "full"])
     config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))

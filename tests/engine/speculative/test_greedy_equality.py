@@ -35,10 +35,11 @@ def repetitive_prompts(n: int, seed: int) -> list[list[int]]:
        blocks=st.sampled_from([30, 256]), k=st.sampled_from([1, 2, 4, "auto"]),
        drafter=st.sampled_from(["ngram", "ngram-earlier", "ngram-by-n", "oracle-good", "oracle-bad"]), async_scheduling=st.booleans(),
        prefix_caching=st.booleans(), n=st.sampled_from([1, 2]), stop=st.booleans(), logprobs=st.booleans(),
-       cost=st.sampled_from([("convex", True), ("grid", False), ("plane", True)]))
+       cost=st.sampled_from([("convex", True, True), ("convex", True, False), ("grid", False, True),
+                             ("plane", True, True)]))
 def test_greedy_output_is_identical_with_speculation_on_and_off(
         seed: int, n_prompts: int, budget: int, blocks: int, k: int | str, drafter: str, async_scheduling: bool,
-        prefix_caching: bool, n: int, stop: bool, logprobs: bool, cost: tuple[str, bool]) -> None:
+        prefix_caching: bool, n: int, stop: bool, logprobs: bool, cost: tuple[str, bool, bool]) -> None:
     prompts = repetitive_prompts(n_prompts, seed)
     stop_ids = (random.Random(seed).randrange(EOS),) if stop else ()
     params = SamplingParams(temperature=0.0, max_tokens=20, n=n, stop_token_ids=stop_ids,
@@ -51,7 +52,7 @@ def test_greedy_output_is_identical_with_speculation_on_and_off(
     on = make_llm(MODEL, speculative="ngram", num_speculative_tokens=k,
                   speculative_ngram_extend=drafter != "ngram-earlier",
                   speculative_ngram_match_buckets=drafter != "ngram-by-n", speculative_cost_fit=cost[0],
-                  speculative_cost_cells=cost[1], **config)
+                  speculative_cost_cells=cost[1], speculative_cost_cells_fit=cost[2], **config)
     if drafter.startswith("oracle"):
         use_drafter(on, OracleDrafter(MODEL, corrupt=0.1 if drafter == "oracle-good" else 0.6, seed=seed))
     got = on.generate(prompts, params)
