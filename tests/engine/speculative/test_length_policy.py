@@ -210,7 +210,7 @@ def test_nnls_meets_the_optimality_conditions(a: list[list[float]], b: list[floa
 @settings(max_examples=200, deadline=None)
 @given(points=st.lists(st.tuples(st.integers(1, 24), st.floats(0.0, 1.0), st.floats(0.1, 50.0)), min_size=1,
                        max_size=12), other=st.lists(st.floats(0.0, 1.0), min_size=2, max_size=2))
-def test_weighted_convex_fit_is_no_worse_than_any_other_rising_convex_line(
+def test_weighted_convex_fit_is_no_worse_than_a_rising_line_or_the_mean(
         points: list[tuple[int, float, float]], other: list[float]) -> None:
     """Weighted, with repeated xs: convex, non-decreasing, centred, and its weighted squared error at most a
     rising line's (a candidate of the same family) or the weighted mean's."""
