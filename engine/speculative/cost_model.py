@@ -152,19 +152,20 @@ class StepCost:
         fitted times without the correction)."""
         qs = sorted({float(q) for _, row, _ in self._rows for q in row}) or [1.0, 2.0, 3.0, 5.0, 9.0]
         prior = sorted({max(num_seqs, round(num_seqs * q)) for q in qs})
-        measured = [(t, self._raw(num_seqs, t) * f, min(n, 1.0 / CELL_WEIGHT)) for t, (f, n) in cells.items()]
+        weights = {t: min(n, 1.0 / CELL_WEIGHT) for t, (_, n) in cells.items()}
         # the prior gives the shape, not the level: at the cells' mean factor, else it pulls the cells towards it
         # and the running correction, which divides by their fit, away from it
-        level = sum(f * w for (f, _), (_, _, w) in zip(cells.values(), measured, strict=True)) / sum(
-            w for _, _, w in measured)
+        level = sum(cells[t][0] * w for t, w in weights.items()) / sum(weights.values())
+        points = [(t, self._raw(num_seqs, t) * cells[t][0], w) for t, w in weights.items()]
+        points += [(t, self._raw(num_seqs, t) * level, PRIOR_WEIGHT) for t in prior]
         sums: dict[int, list[float]] = {}  # token count -> [weighted sum, weight]: a cell and a prior point pool
-        for t, value, w in measured + [(t, self._raw(num_seqs, t) * level, PRIOR_WEIGHT) for t in prior]:
+        for t, value, w in points:
             acc = sums.setdefault(t, [0.0, 0.0])
             acc[0] += value * w
             acc[1] += w
         ts = sorted(sums)
-        values, weights = [sums[t][0] / sums[t][1] for t in ts], [sums[t][1] for t in ts]
-        return ts, convex(ts, values, weights) if self.convex else isotonic(values, weights)
+        values, pooled = [sums[t][0] / sums[t][1] for t in ts], [sums[t][1] for t in ts]
+        return ts, convex(ts, values, pooled) if self.convex else isotonic(values, pooled)
 
     def _raw(self, num_seqs: int, num_tokens: int) -> float:
         if not self._rows or num_seqs <= 0:
