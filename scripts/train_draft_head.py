@@ -92,7 +92,7 @@ class HiddenLog(dict):  # type: ignore[type-arg]
 
 def build_corpus(llm: LLM, args: argparse.Namespace) -> dict[str, Any]:
     """Greedy answers to the corpus's prompts with the hidden state behind every answer token: training pairs
-    (h_t, e(x_{t+1})) -> (h_{t+1}, the token it gave), and every 10th sequence held out, teacher-forced."""
+    (h_t, e(x_{t+1})) -> h_{t+1}, and every 10th sequence held out, teacher-forced."""
     model = llm.engine.runner.model
     t0 = time.perf_counter()
     kinds, texts = zip(*corpus(args.code_files, args.chat_prompts), strict=True)
@@ -129,7 +129,7 @@ def build_corpus(llm: LLM, args: argparse.Namespace) -> dict[str, Any]:
             h_out.append(h[1:])
     print(f"training pairs: {sum(map(len, h_in))}; held-out sequences: {len(held)}; left out (misaligned): "
           f"{misaligned}")
-    return {"kinds": list(kinds), "answers": answers, "held": held, "h_in": torch.cat(h_in), "e_in": torch.cat(e_in),
+    return {"answers": answers, "held": held, "h_in": torch.cat(h_in), "e_in": torch.cat(e_in),
             "h_out": torch.cat(h_out)}
 
 
