@@ -90,6 +90,14 @@ class HiddenLog(dict):  # type: ignore[type-arg]
             self.setdefault(seq_id, []).append(hidden)
 
 
+def head_loss(pred: torch.Tensor, true: torch.Tensor, rows: torch.Tensor, distill: float) -> torch.Tensor:
+    """Smooth L1 of the predicted hidden state against the true one, plus `distill` times the cross-entropy of
+    the scores `rows` gives the prediction against the softmax of those it gives the true state."""
+    with torch.no_grad():
+        target = F.softmax(true @ rows.T, dim=-1)
+    return F.smooth_l1_loss(pred, true) + distill * F.cross_entropy(pred @ rows.T, target)
+
+
 def build_corpus(llm: LLM, args: argparse.Namespace) -> dict[str, Any]:
     """Greedy answers to the corpus's prompts with the hidden state behind every answer token: training pairs
     (h_t, e(x_{t+1})) -> h_{t+1}, and every 10th sequence held out, teacher-forced."""
@@ -180,9 +188,7 @@ def main() -> None:
         for b in range(0, len(order), 256):
             idx = order[b:b + 256]
             pred = head(h_in_t[idx], e_in_t[idx])
-            with torch.no_grad():
-                target = F.softmax(h_out_t[idx] @ rows.T, dim=-1)
-            loss = F.smooth_l1_loss(pred, h_out_t[idx]) + args.distill * F.cross_entropy(pred @ rows.T, target)
+            loss = head_loss(pred, h_out_t[idx], rows, args.distill)
             opt.zero_grad()
             loss.backward()
             opt.step()

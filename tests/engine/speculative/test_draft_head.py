@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -165,12 +167,7 @@ def test_reduced_projection_equals_the_full_logits_restricted_to_the_vocabulary(
 def test_the_training_scripts_hidden_log_keeps_the_state_behind_every_answer_token() -> None:
     """scripts/train_draft_head.py trains on the hidden states the engine's sink saw while generating (asynchronous
     steps, batched prefill in small chunks): the first len(answer) of a sequence's must each give its answer token."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("train_draft_head", ROOT / "scripts" / "train_draft_head.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_training_script()
     prompts = repetitive_prompts(6, 43)
     llm = make_llm(MODEL, max_num_batched_tokens=16)
     log = script.HiddenLog()
@@ -182,6 +179,35 @@ def test_the_training_scripts_hidden_log_keeps_the_state_behind_every_answer_tok
         assert len(answer) <= len(states) <= len(answer) + 2  # a stop token not emitted, a step past the end
         tokens = MODEL.compute_logits(torch.stack(states[:len(answer)])).argmax(-1).tolist()
         assert tokens == answer
+
+
+@functools.cache
+def load_training_script() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_draft_head", ROOT / "scripts" / "train_draft_head.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), rows=st.integers(1, 12), hidden=st.integers(2, 24), vocab=st.integers(2, 60),
+       distill=st.floats(0.0, 5.0))
+def test_the_training_loss_is_least_where_the_head_predicts_the_true_state(seed: int, rows: int, hidden: int,
+                                                                         vocab: int, distill: float) -> None:
+    """The head's loss (state regression plus distillation of the target's scores) has a vanishing gradient at
+    the true hidden state and is larger at any other prediction: a swapped or detached term would not."""
+    script = load_training_script()
+    g = torch.Generator().manual_seed(seed)
+    true, lm = torch.randn(rows, hidden, generator=g), torch.randn(vocab, hidden, generator=g)
+    at_true = true.clone().requires_grad_(True)
+    best = script.head_loss(at_true, true, lm, distill)
+    best.backward()
+    assert at_true.grad is not None and at_true.grad.abs().max() < 1e-5
+    other = true + 0.5 * torch.randn(rows, hidden, generator=g)
+    assert float(script.head_loss(other, true, lm, distill)) > best.item()
 
 
 def test_the_q8_0_draft_head_computes_what_the_fp32_head_does_to_rounding() -> None:
