@@ -164,6 +164,17 @@ def test_reduced_projection_equals_the_full_logits_restricted_to_the_vocabulary(
     assert DraftHead.load(tmp_path / "h.safetensors").vocab.tolist() == vocab.tolist()
 
 
+@functools.cache
+def load_training_script() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_draft_head", ROOT / "scripts" / "train_draft_head.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
 def test_the_training_scripts_hidden_log_keeps_the_state_behind_every_answer_token() -> None:
     """scripts/train_draft_head.py trains on the hidden states the engine's sink saw while generating (asynchronous
     steps, batched prefill in small chunks): the first len(answer) of a sequence's must each give its answer token."""
@@ -179,17 +190,6 @@ def test_the_training_scripts_hidden_log_keeps_the_state_behind_every_answer_tok
         assert len(answer) <= len(states) <= len(answer) + 2  # a stop token not emitted, a step past the end
         tokens = MODEL.compute_logits(torch.stack(states[:len(answer)])).argmax(-1).tolist()
         assert tokens == answer
-
-
-@functools.cache
-def load_training_script() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("train_draft_head", ROOT / "scripts" / "train_draft_head.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
 
 
 @settings(max_examples=25, deadline=None)
