@@ -1,6 +1,6 @@
 """Codec speed against the official reference: convert + render + encode per request, fresh bodies.
 
-    .venv/bin/python bench/codec.py [--bodies 80] [--repeats 3] [--seed N] [--clock wall|process]
+    .venv/bin/python bench/codec.py [--bodies 80] [--repeats 3] [--seed N] [--clock wall|process] [--json PATH]
 
 Bodies come from the golden generator (`golden/make_vectors.py`) with a seed this process has not
 used (random unless `--seed`), and every tool parameter schema gets a unique `description`, so no
@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", default=None, help="generator seed (default: random)")
     ap.add_argument("--clock", choices=("wall", "process"), default="wall",
                     help="wall time, or CPU time of all the process's threads")
+    ap.add_argument("--json", default=None, metavar="PATH",
+                    help="also write the figures here (bench/results/codec.json feeds docs/performance.md)")
     args = ap.parse_args(argv)
     clock = time.perf_counter if args.clock == "wall" else time.process_time
 
@@ -111,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     options = dr.ConversionOptions()
     nonce = [0]
+    cold_totals: dict[str, float] = {}
+    warm_totals: dict[str, float] = {}
 
     def ours(api: str, body: str) -> float:
         t0 = clock()
@@ -153,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             conv = ref_classes[api](body).convert(options).conversation
             assert encode(convert(api, body), tokenizer) == ref_enc.encode(conv), body[:200]
         o_sum, r_sum = sum(o for o, _ in cold), sum(r for _, r in cold)
+        cold_totals[api] = o_sum / r_sum
+        warm_totals[api] = sum(o for o, _ in warm) / sum(r for _, r in warm)
         print(
             f"{api:<10} {len(bodies):>6} {len(with_tools):>5}  {o_sum / r_sum:>9.2f}x {_geomean([o / r for o, r in cold]):>7.2f}x "
             f"{_geomean([cold[i][0] / cold[i][1] for i in with_tools]):>9.2f}x  "
@@ -162,7 +168,27 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "ratios: Recipe / reference (below 1.0: Recipe faster); total = ratio of summed times, geo = geometric mean per body"
     )
+    if args.json:
+        _write_json(args, cold_totals, warm_totals)
     return 0
+
+
+def _write_json(args: argparse.Namespace, cold: dict[str, float], warm: dict[str, float]) -> None:
+    """One capability's latest figure, in the form scripts/make_performance_doc.py reads."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from make_performance_doc import merge_result
+
+    names = " / ".join(api.capitalize() for api in APIS)
+    cold_s = " / ".join(f"{cold[a]:.2f}×" for a in APIS)
+    merge_result(args.json, {
+        "command": f".venv/bin/python bench/codec.py --bodies {args.bodies} --repeats {args.repeats} --clock {args.clock}",
+        "figure": f"cold total, {names}: **{cold_s}**; warm " + " / ".join(f"{warm[a]:.2f}×" for a in APIS),
+        "headline": f"{min(cold.values()):.2f}–{max(cold.values()):.2f}× the reference's time",
+        "status": "met" if max(cold.values()) <= 1.0 else "not met",
+        "data": {"cold_total": cold, "warm_total": warm, "bodies": args.bodies, "clock": args.clock},
+    })
 
 
 if __name__ == "__main__":

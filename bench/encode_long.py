@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/encode_long.py                      # 10K, 100K, 1M, 10M chars
     .venv/bin/python bench/encode_long.py --sizes 10000,1000000 --no-single-thread
+    .venv/bin/python bench/encode_long.py --sizes 10000,100000,1000000 --json bench/results/encode_long.json
 
 For each size of deterministic mixed text (English prose, Chinese and kana, digit strings, code, odd
 whitespace) wrapped as one user message (V4, thinking off):
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import deepseek_recipe as dr
@@ -211,6 +213,9 @@ def main() -> None:
     parser.add_argument("--no-single-thread", action="store_true", help="skip the RAYON_NUM_THREADS=1 child run")
     parser.add_argument("--sweep", action="store_true", help="also run the threshold and segment-size sweeps")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write the encode figure here and the detokenizer's to detokenizer.json beside it "
+                             "(bench/results/ feeds docs/performance.md)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.child:
@@ -247,6 +252,35 @@ def main() -> None:
         f" one-shot decode {d['oneshot_ids_per_s']:,.0f} ids/s,"
         f" incremental/one-shot {d['stream_ids_per_s'] / d['oneshot_ids_per_s']:.2f}; output equal: yes"
     )
+    if args.json:
+        _write_json(args, rows, single, d)
+
+
+def _write_json(args: argparse.Namespace, rows: list[dict[str, Any]], single: dict[int, dict[str, Any]],
+                d: dict[str, Any]) -> None:
+    """The largest size's ratio is the headline, in the form scripts/make_performance_doc.py reads."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from make_performance_doc import merge_result
+
+    command = f".venv/bin/python bench/encode_long.py --sizes {args.sizes}" + (
+        " --no-single-thread" if args.no_single_thread else "")
+    ratios = {r["chars"]: r["ref_ms"] / r["recipe_ms"] for r in rows}
+    top = max(ratios)
+    rest = "; ".join(f"{n:,}: {ratios[n]:.2f}×" for n in sorted(ratios, reverse=True)[1:])
+    one = single.get(top)
+    figure = f"**{ratios[top]:.2f}×** faster at {top:,} characters" + (f" ({rest})" if rest else "")
+    if one:
+        figure += f"; `RAYON_NUM_THREADS=1`: {one['ref_ms'] / one['recipe_ms']:.2f}×"
+    merge_result(args.json, {
+        "command": command, "figure": figure, "headline": f"{ratios[top]:.2f}× faster",
+        "status": "met" if ratios[top] >= 1.5 else "not met", "data": {"rows": rows},
+    })
+    rate = d["stream_ids_per_s"] / d["oneshot_ids_per_s"]
+    merge_result(Path(args.json).with_name("detokenizer.json"), {
+        "command": command,
+        "figure": f"{d['stream_ids_per_s'] / 1e6:.1f} M ids/s, **{rate:.2f}×** one-shot decode's rate",
+        "data": d,
+    })
 
 
 if __name__ == "__main__":

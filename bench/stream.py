@@ -7,7 +7,7 @@ thinking, DSML tool calls, stop sequences, JSON mode, special tokens, cases the 
 measured in this run, printed with its ratio to the reference (< 1 means cheaper than the reference).
 
 Run: `.venv/bin/python bench/stream.py [--cases 60] [--repeats 5] [--clock wall|thread] [--workloads mixed/tokens,...]
-[--pure-python]`: the stream modules run compiled where `python -m recipe.compiled_stream` has built them for the
+[--pure-python] [--json PATH]`: the stream modules run compiled where `python -m recipe.compiled_stream` has built them for the
 current sources (the last line says which), `--pure-python` times the interpreted ones.
 
 Each timed region starts from a collected heap (`gc.collect()` after the setup), so a side pays for the
@@ -143,6 +143,8 @@ def main() -> None:
     ap.add_argument("--workloads", default="mixed/tokens,mixed/text,prose/tokens")
     ap.add_argument("--pure-python", action="store_true",
                     help="time the pure-Python stream modules even where the compiled ones are built")
+    ap.add_argument("--json", default=None, metavar="PATH",
+                    help="also write the ratios here (bench/results/stream.json feeds docs/performance.md)")
     args = ap.parse_args()
     from recipe import compiled_stream
 
@@ -160,6 +162,7 @@ def main() -> None:
     ref_tok = dr.Tokenizer.from_file(str(deepseek_v4_tokenizer_path()))
     rng = random.Random(4242)
 
+    ratios: dict[str, dict[str, float]] = {}
     print(f"{'api':<10}{'workload':<14}{'tokens':>8}{'events':>8}  {'ours µs/tok':>12}{'ref µs/tok':>12}{'ratio':>8}"
           f"  {'ours ev/s':>11}{'ref ev/s':>11}")
     for api in args.apis.split(","):
@@ -216,12 +219,33 @@ def main() -> None:
                 ref_events = sum(run() for run in ref_runs)
                 ref_t.append(clock() - t0)
             ours, ref = statistics.median(ours_t), statistics.median(ref_t)
+            ratios.setdefault(f"{workload}/{feed}", {})[api] = ours / ref
             print(f"{api:<10}{workload + '/' + feed:<14}{n_tokens:>8}{n_events:>8}  {ours / n_tokens * 1e6:>12.2f}"
                   f"{ref / n_tokens * 1e6:>12.2f}{ours / ref:>8.2f}  {n_events / ours:>11.0f}{ref_events / ref:>11.0f}")
     print("ratio = ours / reference time for the same updates (medians of", args.repeats, "repeats, same run;",
           f"clock {args.clock})")
     print("stream modules:", "compiled (recipe.compiled_stream)" if compiled_stream.active() else "pure Python")
     print("timed: feeding every update and rendering each event's SSE bytes; request setup is outside the timing")
+    if args.json:
+        _write_json(args, ratios, compiled_stream.active())
+
+
+def _write_json(args: argparse.Namespace, ratios: dict[str, dict[str, float]], compiled: bool) -> None:
+    """The worst workload's ratio is the headline, in the form scripts/make_performance_doc.py reads."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from make_performance_doc import merge_result
+
+    worst = max(r for per_api in ratios.values() for r in per_api.values())
+    parts = "; ".join(f"{w}: " + " / ".join(f"{per_api[a]:.2f}×" for a in per_api) for w, per_api in ratios.items())
+    command = f".venv/bin/python bench/stream.py --cases {args.cases} --repeats {args.repeats} --clock {args.clock}"
+    merge_result(args.json, {
+        "command": command + (" --pure-python" if args.pure_python else ""),
+        "figure": f"{' / '.join(a.capitalize() for a in args.apis.split(','))}, {parts}; worst **{worst:.2f}×**"
+                  f" ({'compiled' if compiled else 'pure-Python'} stream modules)",
+        "headline": f"≤ {worst:.2f}× the reference's time",
+        "status": "met" if worst <= 1.0 else "not met",
+        "data": {"ratios": ratios, "compiled": compiled},
+    })
 
 
 if __name__ == "__main__":
