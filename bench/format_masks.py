@@ -72,6 +72,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--walks", type=int, default=8)
     ap.add_argument("--clock", choices=["wall", "thread"], default="thread")
+    ap.add_argument("--json", default=None, metavar="PATH",
+                    help="also write the figures here (bench/results/format_masks.json feeds docs/performance.md)")
     args = ap.parse_args()
     clock = time.thread_time_ns if args.clock == "thread" else time.perf_counter_ns
     tok = load_deepseek_v4_tokenizer()
@@ -98,6 +100,23 @@ def main() -> None:
                                           for e, t in times.items()))
     print("both     " + " | ".join(f"{e}: {statistics.fmean(t):.1f}/{np.percentile(t, 99):.0f} µs"
                                    for e, t in totals.items()) + "  (mask mean/p99, fresh values every walk)")
+    if args.json:
+        _write_json(args, {e: (statistics.fmean(t), float(np.percentile(t, 99))) for e, t in totals.items()})
+
+
+def _write_json(args: argparse.Namespace, figures: dict[str, tuple[float, float]]) -> None:
+    """Mean / p99 per engine, in the form scripts/make_performance_doc.py reads."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from make_performance_doc import merge_result
+
+    (on, on99), (off, off99), (llg, llg99) = (figures[k] for k in ("recipe", "recipe-no-format-reuse", "llguidance"))
+    merge_result(args.json, {
+        "command": f".venv/bin/python bench/format_masks.py --walks {args.walks} --clock {args.clock}",
+        "figure": f"{on:.1f} / {on99:.0f} µs mean / p99 with the DFA-state reuse, {off:.1f} / {off99:.0f} without, "
+                  f"llguidance directly {llg:.1f} / {llg99:.0f}",
+        "status": "met" if on <= 20 and on99 <= 200 else "not met",
+        "data": {k: {"mean_us": m, "p99_us": p} for k, (m, p) in figures.items()},
+    })
 
 
 def _walk(compiled: Any, ids: list[int], reuse: bool, clock: Any) -> list[float]:

@@ -43,8 +43,9 @@ Absolute times on such a machine are noise; ratios in one run are not. Each figu
 from the repository root after `bash scripts/setup.sh`; the commands of each section are listed under its
 table. A figure's history is the git log of its file in `bench/results/`.
 
-A bench run with `--json PATH` rewrites that capability's file (`bench/codec.py`, `bench/encode_long.py` and
-`bench/stream.py` have it); then regenerate this page and the README's summary:
+A bench run with `--json PATH` rewrites that capability's file (`bench/codec.py`, `bench/encode_long.py`,
+`bench/stream.py` and `bench/format_masks.py` have it; the other rows were written from their benches' output
+by hand); then regenerate this page and the README's summary:
 
 ```bash
 .venv/bin/python bench/codec.py --bodies 80 --repeats 3 --clock process --json bench/results/codec.json
