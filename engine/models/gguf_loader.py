@@ -1,5 +1,6 @@
-"""Llama-architecture GGUF files: metadata to config, tensors dequantized (Q4_1, Q8_0, K-quants, ...) to
-fp32 and renamed to `transformers` names, Q/K rows un-permuted from GGUF's RoPE layout, tokenizer rebuilt."""
+"""Llama- and Qwen2-architecture GGUF files: metadata to config, tensors dequantized (Q4_1, Q8_0, K-quants, ...)
+to fp32 and renamed to `transformers` names, a llama file's Q/K rows un-permuted from GGUF's RoPE layout (llama.cpp
+permutes only llama's; Qwen2 keeps the half-split order), tokenizer rebuilt."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 from gguf.quants import dequantize
 from recipe.engine.model_info import ModelInfo
+from recipe.engine.models.chat_format import chat_format_of
 from recipe.engine.models.gguf_file import read_gguf_file
 from recipe.engine.models.gguf_tokenizer import tokenizer_json_from_gguf
 from recipe.engine.models.llama import LlamaConfig, LlamaForCausalLM
@@ -47,12 +49,16 @@ def unpermute_rope_rows(w: torch.Tensor, num_heads: int) -> torch.Tensor:
     return w.reshape(num_heads, d // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
+ARCHITECTURES = ("llama", "qwen2")
+
+
 def llama_config_from_gguf(meta: dict[str, Any], has_output: bool) -> dict[str, Any]:
-    """A `transformers` LlamaConfig dict for the GGUF's llama.* metadata."""
+    """A `transformers` config dict (LlamaConfig or Qwen2Config, by `model_type`) for the GGUF's `<arch>.*`
+    metadata."""
     arch = meta.get("general.architecture")
-    if arch != "llama":
-        raise CheckpointError(f"GGUF architecture {arch!r} is not supported; only 'llama'")
-    scaling = meta.get("llama.rope.scaling.type", "none")
+    if arch not in ARCHITECTURES:
+        raise CheckpointError(f"GGUF architecture {arch!r} is not supported; supported: {', '.join(ARCHITECTURES)}")
+    scaling = meta.get(f"{arch}.rope.scaling.type", "none")
     if scaling not in ("none", None):
         raise CheckpointError(f"GGUF rope scaling {scaling!r} is not supported")
 
@@ -61,23 +67,35 @@ def llama_config_from_gguf(meta: dict[str, Any], has_output: bool) -> dict[str, 
             raise CheckpointError(f"GGUF metadata lacks {key!r}")
         return meta[key]
 
-    heads = int(need("llama.attention.head_count"))
-    hidden = int(need("llama.embedding_length"))
+    heads = int(need(f"{arch}.attention.head_count"))
+    hidden = int(need(f"{arch}.embedding_length"))
     return {
-        "vocab_size": int(meta.get("llama.vocab_size") or len(need("tokenizer.ggml.tokens"))),
+        "model_type": arch,
+        "vocab_size": int(meta.get(f"{arch}.vocab_size") or len(need("tokenizer.ggml.tokens"))),
         "hidden_size": hidden,
-        "intermediate_size": int(need("llama.feed_forward_length")),
-        "num_hidden_layers": int(need("llama.block_count")),
+        "intermediate_size": int(need(f"{arch}.feed_forward_length")),
+        "num_hidden_layers": int(need(f"{arch}.block_count")),
         "num_attention_heads": heads,
-        "num_key_value_heads": int(meta.get("llama.attention.head_count_kv") or heads),
-        "head_dim": int(meta.get("llama.rope.dimension_count") or hidden // heads),
-        "rms_norm_eps": float(need("llama.attention.layer_norm_rms_epsilon")),
-        "max_position_embeddings": int(need("llama.context_length")),
-        "rope_theta": float(meta.get("llama.rope.freq_base", 10000.0)),
+        "num_key_value_heads": int(meta.get(f"{arch}.attention.head_count_kv") or heads),
+        "head_dim": int(meta.get(f"{arch}.rope.dimension_count") or hidden // heads),
+        "rms_norm_eps": float(need(f"{arch}.attention.layer_norm_rms_epsilon")),
+        "max_position_embeddings": int(need(f"{arch}.context_length")),
+        "rope_theta": float(meta.get(f"{arch}.rope.freq_base", 10000.0)),
         "tie_word_embeddings": not has_output,
         "bos_token_id": meta.get("tokenizer.ggml.bos_token_id"),
         "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
     }
+
+
+def unpermute_if_rope(w: torch.Tensor, hf: str, config: dict[str, Any]) -> torch.Tensor:
+    """A llama file's Q/K rows (weights, or biases) back in `transformers`' order; anything else as it is."""
+    if config["model_type"] != "llama":
+        return w
+    if ".self_attn.q_proj." in hf:
+        return unpermute_rope_rows(w, config["num_attention_heads"])
+    if ".self_attn.k_proj." in hf:
+        return unpermute_rope_rows(w, config["num_key_value_heads"])
+    return w
 
 
 def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
@@ -92,22 +110,19 @@ def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[st
         except NotImplementedError:
             raise CheckpointError(f"GGUF tensor {t.name!r} uses unsupported type {t.qtype.name}") from None
         w = torch.from_numpy(values if values.flags.writeable else values.copy())
-        if ".self_attn.q_proj." in name:
-            w = unpermute_rope_rows(w, config["num_attention_heads"])
-        elif ".self_attn.k_proj." in name:
-            w = unpermute_rope_rows(w, config["num_key_value_heads"])
-        tensors[name] = w
+        tensors[name] = unpermute_if_rope(w, name, config)
     return meta, config, tensors
 
 
 def load_gguf(
     path: str | Path, *, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
 ) -> tuple[LlamaForCausalLM, ModelInfo]:
-    """Load a llama GGUF as a `LlamaForCausalLM` with weights in `dtype` on `device`, and its ModelInfo."""
+    """Load a llama or qwen2 GGUF as a `LlamaForCausalLM` with weights in `dtype` on `device`, and its
+    ModelInfo."""
     from recipe.engine.models.registry import build_model, finish_model
 
     meta, config, tensors = read_gguf(path)
-    model = build_model("llama", config)
+    model = build_model(config["model_type"], config)
     assert isinstance(model, LlamaForCausalLM)
     model.load_weights(tensors)
     finish_model(model, dtype, device)
@@ -116,13 +131,13 @@ def load_gguf(
     bos = meta.get("tokenizer.ggml.bos_token_id")
     info = ModelInfo(
         name=str(meta.get("general.name") or Path(path).stem),
-        architecture="llama",
+        architecture=config["model_type"],
         vocab_size=c.vocab_size,
         context_length=c.max_positions,
         eos_token_ids=() if eos is None else (int(eos),),
         bos_token_id=None if bos is None else int(bos),
         tokenizer_json=tokenizer_json_from_gguf(meta),
-        chat_format="chatml",
+        chat_format=chat_format_of(meta.get("tokenizer.chat_template")),
         dtype=dtype,
         num_layers=c.num_layers,
         hidden_size=c.hidden_size,

@@ -12,6 +12,11 @@ _SPECIAL_TYPES = (3, 4)
 _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 # llama.cpp's pre-tokenizer names that are GPT-2 byte-level, and whether digits are split one by one first.
 _PRE_TOKENIZERS = {"default": False, "gpt2": False, "smollm": True, "starcoder": True}
+# Those that split with their own regex first (as their tokenizer.json does), then byte-level without GPT-2's.
+_QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+          r"|\s+(?!\S)|\s+")
+_LLAMA3 = _QWEN2.replace(r"|\p{N}|", r"|\p{N}{1,3}|")
+_SPLIT_REGEX = {"qwen2": _QWEN2, "deepseek-r1-qwen": _QWEN2, "llama-bpe": _LLAMA3}
 
 
 def tokenizer_json_from_gguf(metadata: dict[str, Any]) -> str:
@@ -23,13 +28,17 @@ def tokenizer_json_from_gguf(metadata: dict[str, Any]) -> str:
     if kind != "gpt2":
         raise CheckpointError(f"GGUF tokenizer model {kind!r} is not supported; only byte-level BPE ('gpt2')")
     pre = metadata.get("tokenizer.ggml.pre", "default")
-    if pre not in _PRE_TOKENIZERS:
-        raise CheckpointError(f"GGUF pre-tokenizer {pre!r} is not supported; supported: {sorted(_PRE_TOKENIZERS)}")
+    if pre not in _PRE_TOKENIZERS and pre not in _SPLIT_REGEX:
+        raise CheckpointError(f"GGUF pre-tokenizer {pre!r} is not supported; supported: "
+                              f"{sorted([*_PRE_TOKENIZERS, *_SPLIT_REGEX])}")
     tokens: list[str] = metadata["tokenizer.ggml.tokens"]
     types: list[int] = metadata.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     merges: list[str] = metadata.get("tokenizer.ggml.merges") or []
     pre_tokenizer: dict[str, Any] = _BYTE_LEVEL
-    if _PRE_TOKENIZERS[pre]:
+    if pre in _SPLIT_REGEX:
+        split = {"type": "Split", "pattern": {"Regex": _SPLIT_REGEX[pre]}, "behavior": "Isolated", "invert": False}
+        pre_tokenizer = {"type": "Sequence", "pretokenizers": [split, {**_BYTE_LEVEL, "use_regex": False}]}
+    elif _PRE_TOKENIZERS[pre]:
         pre_tokenizer = {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, _BYTE_LEVEL]}
     added = [
         {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,

@@ -1,4 +1,5 @@
-"""The Llama architecture (Llama 2/3, SmolLM2) on the paged KV cache; weights named as in `transformers`.
+"""The Llama architecture (Llama 2/3, SmolLM2) and Qwen2 (Llama with q/k/v biases and no o_proj bias, as the
+DeepSeek-R1-Distill-Qwen models) on the paged KV cache; weights named as in `transformers`.
 
 What it shares with the other models (decoder loop, logits, KV sizing, loading) lives in `base.py`."""
 
@@ -36,12 +37,17 @@ class LlamaConfig:
     max_positions: int
     tie_word_embeddings: bool
     rope_parameters: dict[str, Any] = field(default_factory=lambda: {"rope_type": "default", "rope_theta": 10000.0})
-    attention_bias: bool = False
+    attention_bias: bool = False  # biases on q, k, v and o (Llama's `attention_bias`)
     mlp_bias: bool = False
+    qkv_bias: bool = False  # biases on q, k, v only (Qwen2)
 
     @classmethod
     def from_hf(cls, cfg: Mapping[str, Any]) -> LlamaConfig:
+        """A Llama or Qwen2 (`model_type` "qwen2") config.json; Qwen2's sliding window is not supported."""
         heads = int(cfg["num_attention_heads"])
+        qwen2 = cfg.get("model_type") == "qwen2"
+        if qwen2 and cfg.get("use_sliding_window"):
+            raise CheckpointError("Qwen2 with use_sliding_window is not supported")
         rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
         rope.setdefault("rope_type", rope.pop("type", "default"))
         rope.setdefault("rope_theta", float(cfg.get("rope_theta", 10000.0)))
@@ -63,6 +69,7 @@ class LlamaConfig:
             rope_parameters=rope,
             attention_bias=bool(cfg.get("attention_bias", False)),
             mlp_bias=bool(cfg.get("mlp_bias", False)),
+            qkv_bias=qwen2,
         )
 
 
@@ -71,7 +78,7 @@ class LlamaAttention(nn.Module):
         super().__init__()
         self.q_size, self.kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
         self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
-        self.qkv = nn.Linear(c.hidden_size, self.q_size + 2 * self.kv_size, bias=c.attention_bias)
+        self.qkv = nn.Linear(c.hidden_size, self.q_size + 2 * self.kv_size, bias=c.attention_bias or c.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, c.hidden_size, bias=c.attention_bias)
         self.attn = PagedAttention(c.num_heads, c.num_kv_heads, c.head_dim, c.head_dim**-0.5)
 
@@ -171,6 +178,7 @@ class LlamaForCausalLM(DecoderLM):
         w.one(a.o_proj.weight, p + "self_attn.o_proj.weight")
         if a.qkv.bias is not None:
             w.cat(a.qkv.bias, [p + f"self_attn.{x}_proj.bias" for x in "qkv"])
+        if a.o_proj.bias is not None:
             w.one(a.o_proj.bias, p + "self_attn.o_proj.bias")
         w.cat(m.gate_up.weight, [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
         w.one(m.down.weight, p + "mlp.down_proj.weight")

@@ -9,6 +9,7 @@ from typing import Any, TypeAlias
 
 import torch
 from recipe.engine.model_info import ModelInfo
+from recipe.engine.models.chat_format import chat_format_of, folder_chat_template
 from recipe.engine.models.deepseek_v3 import DeepseekV3Config, DeepseekV3ForCausalLM
 from recipe.engine.models.deepseek_v4 import DeepseekV4ForCausalLM
 from recipe.engine.models.deepseek_v4_config import DeepseekV4Config, v4_chat_format
@@ -47,7 +48,8 @@ def build_model(architecture: str, config: dict[str, Any]) -> ModelForCausalLM:
     if architecture == "deepseek_v4":
         return _build_v4(config)
     try:
-        shape = LlamaConfig.from_hf(config) if architecture == "llama" else DeepseekV3Config.from_hf(config)
+        shape = (LlamaConfig.from_hf(config) if architecture in ("llama", "qwen2")
+                 else DeepseekV3Config.from_hf(config))
     except CheckpointError:
         raise
     except KeyError as exc:
@@ -80,9 +82,9 @@ def _build_v4(config: dict[str, Any]) -> DeepseekV4ForCausalLM:
 
 def _architecture(config: dict[str, Any]) -> str:
     kind = config.get("model_type")
-    if kind in ("llama", "deepseek_v3", "deepseek_v4"):
+    if kind in ("llama", "qwen2", "deepseek_v3", "deepseek_v4"):
         return str(kind)
-    raise CheckpointError(f"unsupported model_type {kind!r}; supported: llama, deepseek_v3, deepseek_v4")
+    raise CheckpointError(f"unsupported model_type {kind!r}; supported: llama, qwen2, deepseek_v3, deepseek_v4")
 
 
 def load_model(
@@ -129,13 +131,13 @@ def load_model(
     mla = isinstance(c, DeepseekV3Config)
     info = ModelInfo(
         name=path.name,
-        architecture="deepseek_v3" if mla else "llama",
+        architecture="deepseek_v3" if mla else arch,
         vocab_size=c.vocab_size,
         context_length=c.max_positions,
         eos_token_ids=eos_ids(config, generation),
         bos_token_id=None if bos is None else int(bos),
         tokenizer_json=tokenizer_json,
-        chat_format="deepseek_v4" if mla else "chatml",
+        chat_format="deepseek_v4" if mla else chat_format_of(folder_chat_template(path)),
         dtype=torch_dtype,
         num_layers=c.num_layers,
         hidden_size=c.hidden_size,

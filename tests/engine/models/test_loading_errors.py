@@ -95,6 +95,6 @@ def test_gguf_tokenizer_kinds_outside_byte_level_bpe_are_refused() -> None:
 
     with pytest.raises(CheckpointError, match="tokenizer model 'llama' is not supported"):
         tokenizer_json_from_gguf({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["a"]})
-    with pytest.raises(CheckpointError, match="pre-tokenizer 'qwen2' is not supported"):
-        tokenizer_json_from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2",
+    with pytest.raises(CheckpointError, match="pre-tokenizer 'chatglm-bpe' is not supported"):
+        tokenizer_json_from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "chatglm-bpe",
                                   "tokenizer.ggml.tokens": ["a"]})
