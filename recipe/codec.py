@@ -7,7 +7,9 @@
 
 Conversion equals the official deepseek-recipe 0.2.0 (golden vectors in golden/), except where Recipe
 goes beyond it, documented in `recipe.protocols`: Chat `n` up to `ConversionOptions.max_n`, penalties
-propagated, `stream_options.include_usage` and Responses `previous_response_id` kept.
+propagated, `stream_options.include_usage` and Responses `previous_response_id` kept; and, unless
+`ConversionOptions(strict_reference=True)`, what real clients send that the reference rejects or ignores
+(`recipe.protocols.leniency`).
 """
 
 from __future__ import annotations
@@ -58,9 +60,10 @@ def _protocol(api: str) -> Any:
     raise ValueError(f"unknown api {api!r}; expected one of {', '.join(APIS)}")
 
 
-def parse(api: str, body: bytes | str | dict[str, Any]) -> dict[str, Any]:
+def parse(api: str, body: bytes | str | dict[str, Any], options: ConversionOptions | None = None) -> dict[str, Any]:
     """Decode and shape-check a body (parse errors only); `convert` does this first."""
-    return _protocol(api).parse(body)  # type: ignore[no-any-return]
+    lenient = not (options or _DEFAULT_OPTIONS).strict_reference
+    return _protocol(api).parse(body, lenient=lenient)  # type: ignore[no-any-return]
 
 
 def convert(
@@ -72,9 +75,10 @@ def convert(
     rejects; never another exception for bad input.
     """
     proto = _protocol(api)
+    options = options or _DEFAULT_OPTIONS
     try:
-        obj = proto.parse(body)
-        return proto.convert(obj, options or _DEFAULT_OPTIONS)  # type: ignore[no-any-return]
+        obj = proto.parse(body, lenient=not options.strict_reference)
+        return proto.convert(obj, options)  # type: ignore[no-any-return]
     except RequestError:
         raise
     except (KeyError, TypeError, AttributeError, IndexError, ValueError, RecursionError) as exc:

@@ -26,7 +26,7 @@ from recipe.conversation import (
 )
 from recipe.errors import conversion_error
 from recipe.protocols import body_fields as bf
-from recipe.protocols import sampling
+from recipe.protocols import leniency, sampling
 from recipe.protocols.assemble import (
     build_request,
     mentions_json,
@@ -236,11 +236,18 @@ _FIELD_READERS: dict[str, Any] = {
     "thinking": lambda v: sampling.read_thinking(v, "ChatCompletionThinking"),
     "reasoning_effort": sampling.read_effort,
 }
+_LENIENT_FIELD_READERS: dict[str, Any] = {**_FIELD_READERS, "max_completion_tokens": lambda v: bf.opt_unsigned(v, 32)}
 
 
-def parse(body: bytes | str | dict[str, Any]) -> dict[str, Any]:
-    """The decoded body, shape-checked; raises a parse `RequestError` like the reference's."""
-    return bf.request_body(body, STRUCT, STRUCT_FIELDS, "a sequence", _FIELD_READERS, ("messages", "model"))
+def parse(body: bytes | str | dict[str, Any], *, lenient: bool = False) -> dict[str, Any]:
+    """The decoded body, shape-checked; raises a parse `RequestError` like the reference's. `lenient`: the
+    spellings of `recipe.protocols.leniency` are accepted too."""
+    if lenient:
+        body = leniency.relax_body("chat", body)
+        readers = _LENIENT_FIELD_READERS
+    else:
+        readers = _FIELD_READERS
+    return bf.request_body(body, STRUCT, STRUCT_FIELDS, "a sequence", readers, ("messages", "model"))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -362,6 +369,9 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequ
     thinking_flag = sampling.read_thinking(obj.get("thinking"), "ChatCompletionThinking")
     effort = obj.get("reasoning_effort")
     thinking = sampling.resolve_thinking(thinking_flag, effort, options.default_thinking_mode)
+    choice_raw = obj.get("tool_choice")
+    forced = bool(obj.get("tools")) and (choice_raw == "required" or isinstance(choice_raw, dict))
+    thinking = leniency.thinking_for_forced_tools(thinking, forced, options.strict_reference)
     messages = _convert_messages(obj["messages"], version)
     messages = settle_reasoning(messages, thinking, options, tools_declared=bool(obj.get("tools")))
     prefix = bool(messages) and messages[-1].role == "assistant" and messages[-1].prefix
@@ -375,7 +385,6 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequ
             "Prompt must contain the word 'json' in some form to use 'response_format' of type 'json_object'."
         )
     # tools
-    choice_raw = obj.get("tool_choice")
     named = None
     choice = "auto"
     if isinstance(choice_raw, dict):
@@ -436,7 +445,10 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequ
             "Invalid top_logprobs and logprobs value, logprobs must be set to true if top_logprobs is used."
         )
     sampling.check_top_logprobs(top_logprobs)
-    max_tokens = sampling.check_max_tokens(obj.get("max_tokens"), options.max_tokens_upper_bound(thinking))
+    limit = obj.get("max_tokens")
+    if not options.strict_reference:
+        limit = leniency.completion_limit(limit, obj.get("max_completion_tokens"))
+    max_tokens = sampling.check_max_tokens(limit, options.max_tokens_upper_bound(thinking))
     seed = obj.get("seed")
     if seed is not None and seed >= 2**63:
         raise conversion_error("Invalid seed value, the valid range of seed is [0, 2^63)")

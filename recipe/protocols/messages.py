@@ -20,12 +20,18 @@ from recipe.conversation import (
 )
 from recipe.errors import conversion_error
 from recipe.protocols import body_fields as bf
-from recipe.protocols import sampling
-from recipe.protocols.assemble import build_request, resolve_model, settle_reasoning
+from recipe.protocols import leniency, sampling
+from recipe.protocols.assemble import build_request, resolve_model, response_constraint, settle_reasoning
 from recipe.protocols.images import UNSUPPORTED_IMAGE, join_parts, source_base64_ok, url_scheme
 from recipe.protocols.options import ConversionOptions
 from recipe.protocols.prompt_json import dumps as prompt_json
-from recipe.protocols.tools import ToolSpec, check_name, finish_tools, tool_constraint
+from recipe.protocols.tools import (
+    ToolSpec,
+    check_name,
+    finish_tools,
+    tool_constraint,
+    validate_schema_document,
+)
 
 ROLES = ("user", "assistant", "system")
 BLOCK_TYPES = (
@@ -231,8 +237,11 @@ _FIELD_READERS: dict[str, Any] = {
 }
 
 
-def parse(body: bytes | str | dict[str, Any]) -> dict[str, Any]:
-    """The decoded body, shape-checked; raises a parse `RequestError` like the reference's."""
+def parse(body: bytes | str | dict[str, Any], *, lenient: bool = False) -> dict[str, Any]:
+    """The decoded body, shape-checked; raises a parse `RequestError` like the reference's. `lenient`: the
+    spellings of `recipe.protocols.leniency` are accepted too."""
+    if lenient:
+        body = leniency.relax_body("messages", body)
     return bf.request_body(body, STRUCT, STRUCT_FIELDS, "a string", _FIELD_READERS, ("model", "messages"))
 
 
@@ -477,6 +486,9 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequ
     thinking_flag = sampling.read_thinking(obj.get("thinking"), "MessagesThinking")
     effort = (obj.get("output_config") or {}).get("effort")
     thinking = sampling.resolve_thinking(thinking_flag, effort, options.default_thinking_mode)
+    choice_raw = obj.get("tool_choice")
+    forced = bool(specs) and choice_raw is not None and choice_raw["type"] in ("tool", "any")
+    thinking = leniency.thinking_for_forced_tools(thinking, forced, options.strict_reference)
     messages = _convert_messages(obj, version, drop_server_blocks=options.messages_web_search == "drop")
     messages = settle_reasoning(
         messages,
@@ -485,12 +497,13 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequ
         tools_declared=bool(obj.get("tools")),
         missing_message="The `content[].thinking` in the thinking mode must be passed back to the API.",
     )
-    choice_raw = obj.get("tool_choice")
     choice, named = "auto", None
     if choice_raw is not None:
         kind = choice_raw["type"]
         if kind == "none":
             choice = "none"
+        elif kind == "any" and not options.strict_reference:
+            choice = "required"  # the reference reads `any` as `auto`
         elif kind == "tool":
             choice, named = "named", choice_raw["name"]
             if named in dropped and named not in {s.name for s in specs}:
@@ -502,19 +515,26 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequ
     sampling.check_temperature(temperature)
     sampling.check_top_p(top_p)
     max_tokens = sampling.check_max_tokens(obj.get("max_tokens"), options.max_tokens_upper_bound(thinking), clamp=True)
+    schema = None if options.strict_reference else leniency.messages_output_schema(obj)
+    if schema is not None:
+        validate_schema_document(schema, "Invalid json schema: ")
     conversation = Conversation(
         messages=tuple(messages),
         thinking_mode=thinking,
         tools=selection.tools,
         tool_choice=selection.choice,  # type: ignore[arg-type]
         reasoning_effort=sampling.resolve_effort(thinking, effort),
+        response_format="json_schema" if schema is not None else "text",
+        response_schema=schema,
     )
     t, p = sampling.resolve_sampling(version, thinking, bool(selection.tools), temperature, top_p)
     inference = InferenceOptions(
         max_tokens=max_tokens,
         temperature=t,
         top_p=p,
-        output_constraint=tool_constraint(selection.tools, selection.choice) if selection.tools else None,
+        output_constraint=tool_constraint(selection.tools, selection.choice)
+        if selection.tools
+        else response_constraint(conversation, None),
         top_k=_top_k(obj.get("top_k")),
     )
     return build_request(

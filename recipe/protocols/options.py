@@ -19,7 +19,11 @@ def default_model_versions() -> dict[str, ModelVersion]:
 
 @dataclass(frozen=True)
 class ConversionOptions:
-    """How requests convert; the defaults equal the reference's `ConversionOptions()`.
+    """How requests convert; with `strict_reference=True` the options equal the reference's `ConversionOptions()`.
+
+    `strict_reference` False (the default) accepts what real clients send and the reference rejects or
+    ignores (see `recipe.protocols.leniency`); every body outside those rules converts exactly as in
+    the reference either way.
 
     `model_versions_by_name` lists every accepted `model` string (exact, case-sensitive) and the
     prompt rules it converts under; add aliases with `with_model_alias` (a server may map its own
@@ -35,6 +39,8 @@ class ConversionOptions:
     messages_web_search: WebSearchBehavior = "reject"
     # Beyond the reference: the largest accepted Chat `n` (the reference accepts only 1).
     max_n: int = 16
+    # The reference's behaviour for the fields `recipe.protocols.leniency` lists (False: accept them).
+    strict_reference: bool = False
 
     def with_model_alias(self, name: str, version: ModelVersion) -> ConversionOptions:
         """Accept `name` as a model of `version` (adds it, or replaces its version)."""

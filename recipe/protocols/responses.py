@@ -29,7 +29,7 @@ from recipe.conversation import (
 )
 from recipe.errors import conversion_error
 from recipe.protocols import body_fields as bf
-from recipe.protocols import sampling
+from recipe.protocols import leniency, sampling
 from recipe.protocols.assemble import (
     build_request,
     mentions_json,
@@ -301,8 +301,9 @@ _FIELD_READERS: dict[str, Any] = {
 }
 
 
-def parse(body: bytes | str | dict[str, Any]) -> dict[str, Any]:
-    """The decoded body, shape-checked; raises a parse `RequestError` like the reference's."""
+def parse(body: bytes | str | dict[str, Any], *, lenient: bool = False) -> dict[str, Any]:
+    """The decoded body, shape-checked; raises a parse `RequestError` like the reference's (`lenient`
+    changes nothing in a Responses body's shape: its rules of `recipe.protocols.leniency` apply in `convert`)."""
     return bf.request_body(body, STRUCT, STRUCT_FIELDS, "a string", _FIELD_READERS, ("model",))
 
 
@@ -541,6 +542,10 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequ
     specs = _tool_specs(obj, options, version)
     effort = (obj.get("reasoning") or {}).get("effort")
     thinking = sampling.resolve_thinking(None, effort, options.default_thinking_mode)
+    choice_raw = obj.get("tool_choice")
+    forced = bool(specs) and (choice_raw == "required" or (
+        isinstance(choice_raw, dict) and choice_raw.get("type") in ("function", "custom")))
+    thinking = leniency.thinking_for_forced_tools(thinking, forced, options.strict_reference)
     messages = _convert_input(obj, version)
     messages = settle_reasoning(
         messages,
@@ -549,7 +554,6 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequ
         tools_declared=bool(obj.get("tools")),
         missing_message="The `reasoning_text` in the thinking mode must be passed back to the API.",
     )
-    choice_raw = obj.get("tool_choice")
     choice, named = "auto", None
     if isinstance(choice_raw, str):
         choice = choice_raw

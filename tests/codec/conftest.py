@@ -137,6 +137,53 @@ __all__ = ["conversion_view", "first_difference", "golden_view", "load_golden", 
 N_OURS = "Invalid n value, the valid range of n is [1, 16]"
 
 
+def _strict() -> Any:
+    from recipe.codec import ConversionOptions
+
+    return ConversionOptions(strict_reference=True)
+
+
+# The reference's behaviour, which every comparison with it runs under (the default also accepts what
+# `recipe.protocols.leniency` lists; `lenient_agrees` checks it changes nothing else).
+STRICT = _strict()
+
+
+def lenient_triggers(api: str, text: str) -> list[str]:
+    """The rules of `recipe.protocols.leniency` that a body (valid JSON) would meet; [] when none."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return []
+    if not isinstance(obj, dict):
+        return []
+    found = []
+    tools = bool(obj.get("tools"))
+    choice = obj.get("tool_choice")
+    messages = obj.get("messages") if isinstance(obj.get("messages"), list) else []
+    if api == "chat":
+        if obj.get("max_completion_tokens") is not None:
+            found.append("max_completion_tokens")
+        if any(isinstance(m, dict) and m.get("role") == "developer" for m in messages):
+            found.append("developer")
+        if tools and (choice == "required" or isinstance(choice, dict)):
+            found.append("forced tool choice")
+    elif api == "messages":
+        if tools and isinstance(choice, dict) and choice.get("type") in ("tool", "any"):
+            found.append("forced tool choice")
+        if any(isinstance(m, dict) and isinstance(m.get("content"), list)
+               and any(isinstance(b, dict) and b.get("type") == "redacted_thinking" for b in m["content"])
+               for m in messages):
+            found.append("redacted_thinking")
+        config = obj.get("output_config")
+        if (isinstance(config, dict) and config.get("format") is not None) or obj.get("output_format") is not None:
+            found.append("output format")
+    elif api == "responses":
+        forced_dict = isinstance(choice, dict) and choice.get("type") in ("function", "custom")
+        if tools and (choice == "required" or forced_dict):
+            found.append("forced tool choice")
+    return found
+
+
 def expected_outcome(rec: dict[str, Any]) -> dict[str, Any]:
     """What Recipe must produce for a golden case: the reference's outcome, adjusted only for the
     documented divergence (Chat `n` in [2, 16] accepted as `InferenceOptions.n`; other `n` rejected
@@ -165,7 +212,7 @@ def actual_outcome(rec: dict[str, Any]) -> dict[str, Any]:
     from recipe.errors import RequestError
 
     try:
-        req = convert(rec["api"], rec["request"])
+        req = convert(rec["api"], rec["request"], STRICT)
     except RequestError as exc:
         return {"error": {"status": exc.status, "message": _unanswered(exc.message), "kind": exc.kind}}
     view = conversion_view(req)
@@ -228,18 +275,21 @@ def reference_diff(make_vectors: Any) -> Any:
 
     def diff(api: str, text: str) -> str | None:
         ref = make_vectors.run_reference(api, text, encodings)
+        lenient = lenient_agrees(api, text)
+        if lenient is not None:
+            return lenient
         if "error" in ref:
             if ref["error"]["message"].startswith("Invalid n value"):
                 return None
             try:
-                convert(api, text)
+                convert(api, text, STRICT)
             except RequestError as exc:
                 if (exc.status, _unanswered(exc.message)) == (ref["error"]["status"], _unanswered(ref["error"]["message"])):
                     return None
                 return f"error {exc.status} {exc.message!r} != reference {ref['error']['status']} {ref['error']['message']!r}"
             return f"accepted; the reference rejects with {ref['error']['message']!r}"
         try:
-            req = convert(api, text)
+            req = convert(api, text, STRICT)
         except RequestError as exc:
             return f"rejected with {exc.message!r}; the reference accepts"
         view = conversion_view(req)
@@ -260,3 +310,24 @@ def reference_diff(make_vectors: Any) -> Any:
         return None
 
     return diff
+
+
+def lenient_agrees(api: str, text: str) -> str | None:
+    """None when the default (lenient) conversion of a body that meets no rule of
+    `recipe.protocols.leniency` equals the strict one (same view and prompt, or the same error);
+    otherwise the first difference. A body that meets a rule is checked by tests/codec/test_leniency.py."""
+    from recipe.codec import convert, render
+    from recipe.errors import RequestError
+
+    if lenient_triggers(api, text):
+        return None
+    outcomes = []
+    for options in (STRICT, None):
+        try:
+            req = convert(api, text, options)
+            outcomes.append(("ok", conversion_view(req), render(req).prompt))
+        except RequestError as exc:
+            outcomes.append(("error", exc.status, exc.message))
+    if outcomes[0] != outcomes[1]:
+        return f"lenient differs from strict: {first_difference(list(outcomes[1]), list(outcomes[0]))}"
+    return None

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from recipe.codec import convert, encode, render
+from recipe.codec import ConversionOptions, convert, encode, render
 from recipe.tokenizer import MissingSpecialTokenError, load_deepseek_v4_tokenizer
 
 
@@ -21,7 +21,7 @@ def test_golden_prompt_ranges_and_ids(golden: list[dict[str, Any]], tokenizer: A
     n_ids = 0
     cases = [r for r in golden if r["api"] == api and "error" not in r]
     for rec in cases:
-        req = convert(api, rec["request"])
+        req = convert(api, rec["request"], ConversionOptions(strict_reference=True))
         rendered = render(req)
         if rendered.prompt != rec["prompt"]:
             failures.append(f"{rec['case_id']}: prompt differs")

@@ -31,7 +31,8 @@ def option_sets(dr: Any) -> dict[str, tuple[Any, ConversionOptions]]:
                 default_thinking_mode=False, thinking_max_tokens_upper_bound=1000, non_thinking_max_tokens_upper_bound=2000
             ),
             ConversionOptions(
-                default_thinking_mode=False, thinking_max_tokens_upper_bound=1000, non_thinking_max_tokens_upper_bound=2000
+                default_thinking_mode=False, thinking_max_tokens_upper_bound=1000, non_thinking_max_tokens_upper_bound=2000,
+                strict_reference=True,
             ),
         ),
         "reject reasoning, swap web search": (
@@ -40,13 +41,15 @@ def option_sets(dr: Any) -> dict[str, tuple[Any, ConversionOptions]]:
                 responses_web_search=dr.WebSearchBehavior.Reject,
                 messages_web_search=dr.WebSearchBehavior.Drop,
             ),
-            ConversionOptions(reasoning_content_behavior="reject", responses_web_search="reject", messages_web_search="drop"),
+            ConversionOptions(reasoning_content_behavior="reject", responses_web_search="reject", messages_web_search="drop",
+                              strict_reference=True),
         ),
         "aliases": (
             dr.ConversionOptions()
             .with_model_alias("DeepSeek-V4-Pro", dr.ModelVersion.DeepseekV41Flash)
             .with_model_alias("ds", dr.ModelVersion.DeepseekV4Pro),
-            ConversionOptions().with_model_alias("DeepSeek-V4-Pro", ModelVersion.V41).with_model_alias("ds", ModelVersion.V4),
+            ConversionOptions(strict_reference=True)
+            .with_model_alias("DeepSeek-V4-Pro", ModelVersion.V41).with_model_alias("ds", ModelVersion.V4),
         ),
     }
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from recipe.codec import convert, render
+from recipe.codec import ConversionOptions, convert, render
 from recipe.encoding import encode_rendered, encode_rendered_uncached
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "requests.jsonl.gz"
@@ -32,7 +32,7 @@ def test_golden_prompts_ranges_and_ids(api: str, tokenizer) -> None:
     cases = [c for c in _valid_cases() if c["api"] == api]
     assert cases
     for case in cases:
-        rendered = render(convert(api, case["request"]))
+        rendered = render(convert(api, case["request"], ConversionOptions(strict_reference=True)))
         assert rendered.prompt == case["prompt"], case["case_id"]
         assert [list(r) for r in rendered.special_ranges] == case["special_ranges"], case["case_id"]
         if case.get("token_ids") is not None:

@@ -354,14 +354,14 @@ def to_update(u: dict[str, Any]) -> Any:
 
 def run_ours(case: dict[str, Any], upds: list[dict[str, Any]], tokenizer: Any) -> dict[str, Any]:
     """Recipe's chain: `recipe.codec.convert` → `StreamProcessor`."""
-    from recipe.codec import convert
+    from recipe.codec import ConversionOptions, convert
     from recipe.conversation import ModelVersion
     from recipe.errors import RequestError
     from recipe.stream import StreamInputError, StreamProcessor, responses_echo
 
     api = case["api"]
     try:
-        request = convert(api, case["body"])
+        request = convert(api, case["body"], ConversionOptions(strict_reference=True))
     except RequestError as exc:
         return {"error": f"request: {exc}"}
     fmt = "deepseek_v41" if request.model_version is ModelVersion.V41 else "deepseek_v4"

@@ -25,14 +25,14 @@ def _frame(raw: bytes) -> str:
 def run_case(case: dict[str, Any], upds: list[dict[str, Any]], tokenizer: Any) -> dict[str, Any]:
     from stream_differential import to_update  # this script's folder is on sys.path
 
-    from recipe.codec import convert
+    from recipe.codec import ConversionOptions, convert
     from recipe.conversation import ModelVersion
     from recipe.errors import RequestError
     from recipe.stream import StreamInputError, StreamProcessor, responses_echo
 
     api = case["api"]
     try:
-        request = convert(api, case["body"])
+        request = convert(api, case["body"], ConversionOptions(strict_reference=True))
     except RequestError as exc:
         return {"request_error": str(exc)}
     fmt = "deepseek_v41" if request.model_version is ModelVersion.V41 else "deepseek_v4"
