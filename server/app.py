@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute, APIRouter
 from recipe.server import openapi_bodies, routes_chat, routes_messages, routes_misc, routes_responses
 from recipe.server.auth import KeyChecker
 from recipe.server.backend import Backend
@@ -61,6 +62,19 @@ def served_names_for(config: ServerConfig, backend: Backend) -> tuple[str, ...]:
     return config.served_model_names or (backend.model.name,)
 
 
+def answer_head_probes(router: APIRouter) -> APIRouter:
+    """`router` with HEAD on every GET route (clients probe `/v1/models/{id}` and the base URL with HEAD
+    before they send a request); FastAPI routes answer only the methods they list. Kept out of the OpenAPI
+    document."""
+    routes = [r for r in router.routes if isinstance(r, APIRoute)]
+    answered = {r.path for r in routes if "HEAD" in (r.methods or ())}  # the module's router outlives one app
+    for route in routes:
+        if "GET" in (route.methods or ()) and route.path not in answered:
+            router.add_api_route(route.path, route.endpoint, methods=["HEAD"], include_in_schema=False,
+                                 name=f"{route.name}_head")
+    return router
+
+
 def create_app(config: ServerConfig, backend: Backend, *, parts: ProtocolParts | None = None) -> FastAPI:
     """An app serving `backend` under `config`. The backend is shut down with the app."""
     names = served_names_for(config, backend)
@@ -72,6 +86,8 @@ def create_app(config: ServerConfig, backend: Backend, *, parts: ProtocolParts |
         parts or load_protocol_parts(), backend, metrics, admission,
         served_names=names, request_timeout_s=config.request_timeout_s, retry_after_s=config.retry_after_s,
         compile_timeout_s=config.constraint_compile_timeout_s, constraint_memo_bytes=config.constraint_memo_bytes,
+        strict_reference=config.strict_reference, default_thinking_mode=config.default_thinking_mode,
+        max_output_tokens=config.max_output_tokens, close_tool_objects=config.close_tool_objects,
     )
     store = ResponseStore(config.responses_db)
     state = ServerState(config, backend, pipeline, metrics, store, names)
@@ -95,13 +111,13 @@ def create_app(config: ServerConfig, backend: Backend, *, parts: ProtocolParts |
     app.state.recipe = state
     app.state.heap_trimmer = trimmer
     for module in (routes_chat, routes_messages, routes_responses, routes_misc):
-        app.include_router(module.router)
+        app.include_router(answer_head_probes(module.router))
     try:  # the playground page is an optional part
         playground = importlib.import_module("recipe.server.playground")
     except ImportError:
         pass
     else:
-        app.include_router(playground.router)
+        app.include_router(answer_head_probes(playground.router))
     openapi_bodies.install(app)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -124,8 +124,12 @@ class Backend(Protocol):
 
 @dataclass
 class EchoBackend:
-    """Answers instantly: each sequence repeats the prompt's plain (non-special) tokens, `chunk` ids per delta,
-    until `max_tokens` ids have been produced (finish "length"). No model, no sampling, no constraint.
+    """Answers instantly, `chunk` ids per delta. No model, no sampling, no constraint.
+
+    `mode` "repeat": each sequence repeats the prompt's plain (non-special) tokens until `max_tokens` ids
+    have been produced (finish "length"), for load tests. "reply" (what `recipe serve --backend echo`
+    runs): the last user turn's plain tokens once, after closing an opened thinking block, then the end of
+    sequence (finish "stop"), as a model's short answer; "length" only when `max_tokens` comes first.
 
     Serves the DeepSeek V4 prompt format by default so the whole request path (conversion, rendering,
     encoding, stream processing, SSE) runs exactly as with a real model.
@@ -134,6 +138,7 @@ class EchoBackend:
     model: ModelCard = field(default_factory=lambda: echo_model_card())
     chunk: int = 1
     token_delay_s: float = 0.0
+    mode: str = "repeat"
     _running: set[str] = field(default_factory=set)
     _aborted: set[str] = field(default_factory=set)
     _served: int = 0
@@ -142,19 +147,27 @@ class EchoBackend:
         self, request_id: str, prompt_ids: Sequence[int], params: GenerationParams
     ) -> AsyncIterator[GenerationDelta]:
         special = self.model.tokenizer.special_ids
-        source = [t for t in prompt_ids if t not in special] or [0]
+        if self.mode == "reply":
+            source = self._reply(prompt_ids)
+            limit = min(params.max_tokens, len(source))
+            ended: FinishReason = "stop" if limit == len(source) else "length"  # the reply's last id is the EOS
+        else:
+            source = [t for t in prompt_ids if t not in special] or [0]
+            limit, ended = params.max_tokens, "length"
         self._running.add(request_id)
         self._served += 1
         try:
             done = [0] * params.n
-            while min(done) < params.max_tokens:
+            while min(done) < limit:
                 for index in range(params.n):
                     if request_id in self._aborted:
                         return
-                    take = min(self.chunk, params.max_tokens - done[index])
+                    if done[index] >= limit:
+                        continue
+                    take = min(self.chunk, limit - done[index])
                     ids = tuple(source[(done[index] + k) % len(source)] for k in range(take))
                     done[index] += take
-                    last = done[index] >= params.max_tokens
+                    last = done[index] >= limit
                     lps = None
                     if params.logprobs is not None:
                         lps = tuple(
@@ -166,7 +179,7 @@ class EchoBackend:
                         prompt_tokens=len(prompt_ids),
                         logprobs=lps,
                         finished=last,
-                        finish_reason="length" if last else None,
+                        finish_reason=None if not last else ended,
                         queue_time_s=0.0,
                     )
                 # Yield to the event loop between steps like a real engine does between decode steps.
@@ -174,6 +187,17 @@ class EchoBackend:
         finally:
             self._running.discard(request_id)
             self._aborted.discard(request_id)
+
+    def _reply(self, prompt_ids: Sequence[int]) -> list[int]:
+        """The "reply" answer: `</think>` if the prompt opened thinking, the last user turn's plain tokens, EOS."""
+        added = self.model.tokenizer.added_ids
+        special = self.model.tokenizer.special_ids
+        user, think, think_end = (added.get(s) for s in ("<｜User｜>", "<think>", "</think>"))
+        ids = list(prompt_ids)
+        start = max((i for i, t in enumerate(ids) if t == user), default=-1) + 1
+        turn = [t for t in ids[start:] if t not in special] or [t for t in ids if t not in special][-16:] or [0]
+        opened = [think_end] if ids and think is not None and ids[-1] == think and think_end is not None else []
+        return opened + turn + list(self.model.eos_token_ids[:1])
 
     async def abort(self, request_id: str) -> None:
         if request_id in self._running:

@@ -74,6 +74,10 @@ def add_parser(subparsers: Any) -> None:
                    help="'echo' answers instantly without a model (for measuring the server itself)")
     p.add_argument("--echo-token-delay", type=float, default=0.0, metavar="SECONDS",
                    help="with --backend echo: pause this long per token, to stand in for an engine's step time")
+    p.add_argument("--echo-mode", choices=("reply", "repeat"), default="reply",
+                   help="with --backend echo: 'reply' answers the last user turn once and stops (finish 'stop'); "
+                        "'repeat' repeats the prompt until max_tokens (finish 'length', for load tests)")
+    add_request_arguments(p)
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.add_argument("--pure-python-stream", action="store_true",
                    help="stream processing in the pure-Python modules even where the mypyc-compiled ones are "
@@ -83,6 +87,23 @@ def add_parser(subparsers: Any) -> None:
     add_disagg_args(p)
     add_swa_args(p)
     p.set_defaults(func=run)
+
+
+def add_request_arguments(p: argparse.ArgumentParser) -> None:
+    """How request bodies convert and how much one request may generate."""
+    g = p.add_argument_group("requests", "how request bodies convert, and output limits")
+    g.add_argument("--strict-reference", action="store_true",
+                   help="convert bodies exactly as deepseek-recipe 0.2.0 does: reject or ignore the client fields "
+                        "Recipe accepts by default (developer role, forced tool choice with thinking, "
+                        "max_completion_tokens, redacted_thinking, Messages output_config.format; see README)")
+    g.add_argument("--default-thinking-mode", choices=("enabled", "disabled"), default=None,
+                   help="thinking for a request that does not choose (default: enabled for the DeepSeek prompt "
+                        "formats, disabled for ChatML models, which have no reasoning markup)")
+    g.add_argument("--close-tool-objects", action=argparse.BooleanOptionalAction, default=True,
+                   help="constrain tool-call arguments to the keys their schema declares where it leaves objects "
+                        "open (always schema-valid; a small model otherwise may never close a forced call; default on)")
+    g.add_argument("--max-output-tokens", type=positive_int, default=8192, metavar="N",
+                   help="no request generates more tokens; also the limit of a request that sets none (default 8192)")
 
 
 def add_engine_arguments(p: argparse.ArgumentParser) -> None:
@@ -228,6 +249,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         body_timeout_s=args.body_timeout, heap_trim_interval_s=args.heap_trim_interval,
         malloc_arena_max=args.malloc_arena_max, constraint_memo_bytes=int(args.constraint_memo_mib * 1024 * 1024),
         stream_stall_timeout_s=args.stream_stall_timeout, drain_timeout_s=args.drain_timeout, metrics_prefix=args.metrics_prefix,
+        strict_reference=args.strict_reference, max_output_tokens=args.max_output_tokens,
+        close_tool_objects=args.close_tool_objects,
+        default_thinking_mode=None if args.default_thinking_mode is None else args.default_thinking_mode == "enabled",
         **kv_server_config(args),
     )
 
@@ -246,7 +270,7 @@ def default_model_name(model: str | None) -> str:
 def build_backend(args: argparse.Namespace) -> Backend:
     if args.backend == "echo":
         card = echo_model_card(args.model or "echo", context_length=args.max_model_len or 131072)
-        return EchoBackend(model=card, token_delay_s=args.echo_token_delay)
+        return EchoBackend(model=card, token_delay_s=args.echo_token_delay, mode=args.echo_mode)
     if disagg_requested(args):
         return build_disagg_backend(args, {**engine_config_from_args(args), **kv_engine_config(args),
                                            **swa_engine_config(args)}, default_model_name(args.model))

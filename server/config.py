@@ -52,6 +52,11 @@ class ServerConfig:
     malloc_arena_max: int = 1  # glibc malloc arenas for the whole process (0: glibc's default, 8 per core)
     kv_retention_by_api: tuple[tuple[str, str], ...] = ()  # (api, retention class): see kv_retention.py
     kv_retention_by_key: tuple[tuple[str, str], ...] = ()  # (API key, retention class)
+    # Convert as deepseek-recipe 0.2.0 does, rejecting what recipe.protocols.leniency accepts from real clients.
+    strict_reference: bool = False
+    default_thinking_mode: bool | None = None  # None: on for the DeepSeek prompt formats, off for ChatML (no markup)
+    max_output_tokens: int = 8192  # no request generates more; it is also the limit of a request that sets none
+    close_tool_objects: bool = True  # tool arguments take only declared keys (recipe.constraints.closed_objects)
 
     def __post_init__(self) -> None:
         if self.max_body_bytes <= 0:
@@ -69,6 +74,8 @@ class ServerConfig:
             raise ValueError("constraint_memo_bytes must be 0 (off) or positive")
         if self.malloc_arena_max < 0:
             raise ValueError("malloc_arena_max must be 0 (glibc's default) or positive")
+        if self.max_output_tokens < 1:
+            raise ValueError("max_output_tokens must be positive")
         if any(not k for k in self.api_keys):
             raise ValueError("an API key must not be empty")
 

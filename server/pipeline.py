@@ -42,6 +42,19 @@ DEAD_END_MESSAGE = ("The output format could not be completed: the constraint al
                     "so generation stopped before the output was valid.")
 
 
+def closed_tool_arguments(tools_json: str) -> str:
+    """A tool-call constraint's tool list with each function's argument objects closed
+    (`recipe.constraints.closed_objects`): a forced call can then always end, as every output stays valid."""
+    from recipe.constraints.closed_objects import close_objects
+
+    tools = orjson.loads(tools_json)
+    for tool in tools:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("parameters"), dict):
+            fn["parameters"] = close_objects(fn["parameters"])
+    return orjson.dumps(tools).decode()
+
+
 class GenerationTimeout(Exception):
     """The request ran past the server's per-request timeout."""
 
@@ -93,6 +106,10 @@ class Pipeline:
         offload_bytes: int = 64 * 1024,
         compile_timeout_s: float = 10.0,
         constraint_memo_bytes: int = 64 * 1024 * 1024,
+        strict_reference: bool = False,
+        default_thinking_mode: bool | None = None,
+        max_output_tokens: int | None = None,
+        close_tool_objects: bool = True,
     ) -> None:
         self.parts = parts
         self.backend = backend
@@ -104,6 +121,10 @@ class Pipeline:
         self.constraint_memo = ConstraintMemo(constraint_memo_bytes)
         self.offload_bytes = offload_bytes
         self.compile_timeout_s = compile_timeout_s
+        self.strict_reference = strict_reference
+        self.close_tool_objects = close_tool_objects
+        self.default_thinking_mode = default_thinking_mode
+        self.max_output_tokens = max_output_tokens
         card = backend.model
         digest = hashlib.sha256(f"{card.name}|{card.architecture}|{card.chat_format}".encode()).hexdigest()
         self.fingerprint = f"fp_{digest[:10]}"  # Chat `system_fingerprint`: which model setup answered
@@ -120,9 +141,10 @@ class Pipeline:
         card = self.backend.model
         version = ModelVersion.V4 if card.chat_format == "deepseek_v4" else ModelVersion.V41
         names = {name: version for name in self.served_names}
-        kwargs: dict[str, Any] = {"model_versions_by_name": names}
-        fields = getattr(codec.ConversionOptions, "__dataclass_fields__", {})
-        if card.chat_format == "chatml" and "default_thinking_mode" in fields:
+        kwargs: dict[str, Any] = {"model_versions_by_name": names, "strict_reference": self.strict_reference}
+        if self.default_thinking_mode is not None:
+            kwargs["default_thinking_mode"] = self.default_thinking_mode
+        elif card.chat_format == "chatml":
             kwargs["default_thinking_mode"] = False  # the demo model has no reasoning markup
         return codec.ConversionOptions(**kwargs)
 
@@ -181,6 +203,8 @@ class Pipeline:
                 raise ApiError(400, "Cannot enforce the requested output format: the schema is nested too deeply.",
                                param="response_format") from None
             oc = dataclasses.replace(oc, schema=schema_text)
+        if oc.kind in ("tool_call", "tool_call_required") and self.close_tool_objects:
+            oc = dataclasses.replace(oc, schema=closed_tool_arguments(oc.schema))
         constraints = self.parts.constraints
         fmt = self.backend.model.chat_format
         tool_format = {"chatml": "chatml", "deepseek_v4": "dsml_v4", "deepseek_v41": "dsml_v41"}[fmt]
@@ -202,10 +226,12 @@ class Pipeline:
         return compiled
 
     def resolve_max_tokens(self, request: Any, prompt_tokens: int) -> int:
+        """The codec's limit for the prompt, lowered to the server's `max_output_tokens`."""
         try:
-            return int(self.parts.codec.resolve_max_tokens(request, prompt_tokens, self.backend.model.context_length))
+            limit = int(self.parts.codec.resolve_max_tokens(request, prompt_tokens, self.backend.model.context_length))
         except self.parts.errors.RequestError as exc:
             raise ApiError(exc.status, exc.message, code="context_length_exceeded") from None
+        return limit if self.max_output_tokens is None else min(limit, self.max_output_tokens)
 
     async def prepare(
         self, api: Api, request: Any, *, echo: dict[str, Any] | None = None,

@@ -29,6 +29,14 @@ def _anthropic_model(name: str, created: float, context_length: int) -> dict[str
             "max_input_tokens": context_length, "max_tokens": context_length}
 
 
+@router.get("/")
+async def root(request: Request) -> Response:
+    """What answers here: a probe of the base URL (some clients check it before their first request)."""
+    state = state_of(request)
+    return json_response({"object": "recipe.server", "models": list(state.served_names),
+                          "apis": ["/v1/chat/completions", "/v1/responses", "/v1/messages"]})
+
+
 @router.get("/v1/models")
 async def list_models(request: Request) -> Response:
     """OpenAI list shape; the Anthropic shape when the client sends `anthropic-version`."""

@@ -33,7 +33,7 @@ def test_no_key_refuses_a_public_address() -> None:
 def test_banner_then_sigterm_drains_the_stream_in_flight() -> None:
     port = _free_port()
     p = _serve("--backend", "echo", "--model", "DeepSeek-V4-Pro", "--port", str(port), "--responses-db", ":memory:",
-               "--echo-token-delay", "0.05", "--log-level", "warning")
+               "--echo-token-delay", "0.05", "--echo-mode", "repeat", "--log-level", "warning")
     try:
         assert p.stdout is not None
         seen = []
