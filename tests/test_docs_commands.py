@@ -13,7 +13,7 @@ A program this test does not know fails, so that a new kind of command gets a ch
 (in the docs other work is writing now, PENDING_DOCS, such a program is let through: only the commands of
 programs this test knows are checked there).
 `python` blocks are compiled, and run when they need neither the engine nor a server (the codec and
-validator quick starts).
+validator quick starts). A `--flag` named in the prose's inline code must be one some parser here defines.
 """
 
 from __future__ import annotations
@@ -362,6 +362,43 @@ def test_the_quick_starts_are_run() -> None:
     readme = [b for b in PYTHON_BLOCKS if b.doc.name == "README.md" and _cheap(b.text)]
     assert {"recipe.codec", "recipe.constraints"} <= {m for b in readme for m in ("recipe.codec", "recipe.constraints")
                                                      if m in b.text}, "the codec and validator quick starts"
+
+
+# flags of other programs the prose names
+FOREIGN_FLAGS = {"--no-deps"}
+
+
+def known_flags() -> set[str]:
+    """Every flag of the `recipe` commands, of the scripts under bench/, scripts/, golden/ and tests/, and of pytest's
+    own options added by the conftests."""
+    known: set[str] = set(FOREIGN_FLAGS)
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        known.update(parser._option_string_actions)
+        for sub in _subparsers(parser).values():
+            walk(sub)
+
+    walk(recipe_parser())
+    for folder in ("bench", "scripts", "golden", "tests"):
+        for path in (ROOT / folder).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            if "add_argument" in text:
+                known.update(script_flags(path) or {})
+            known.update(re.findall(r"addoption\(\s*[\"'](--[\w-]+)", text))
+    return known
+
+
+def test_flags_named_in_prose_exist() -> None:
+    known = known_flags()
+    missing = []
+    for doc in DOCS:
+        if doc.name in PENDING_DOCS:
+            continue
+        prose = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)
+        for span in re.findall(r"`([^`]+)`", prose):  # a span may wrap onto the next line
+            missing += [f"{doc.relative_to(ROOT)}: {flag}" for flag in re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*[a-z0-9])(?![\w*-])", span)
+                        if flag not in known]
+    assert not missing, "flags no parser defines:\n  " + "\n  ".join(missing)
 
 
 def test_links_between_docs_resolve() -> None:
