@@ -57,15 +57,6 @@ static inline __m256i unpack_q4(const uint8_t *w) {
     return _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
 }
 
-/* Lane i (of 8) = sum of u[j] * s[j] over bytes j = 4i .. 4i + 3, u unsigned and s signed bytes: exact (no
- * saturation for the values used here: |s| <= 127, u <= 127), so both instruction sets give the same lanes. */
-static inline __m256i dot_u8s8(__m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
-}
 #endif
 
 /* sum(qw * qx) over one block: qw unsigned (q4_1) or signed (q8_0) bytes, qx signed bytes. */

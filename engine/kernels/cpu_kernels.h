@@ -17,6 +17,16 @@ static inline float hsum(__m256 v) {
     lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
     return _mm_cvtss_f32(lo);
 }
+
+/* Lane i (of 8) = sum of u[j] * s[j] over bytes j = 4i .. 4i + 3, u unsigned and s signed bytes: exact (no
+ * saturation for the values used here: |s| <= 127, u <= 127), so both instruction sets give the same lanes. */
+static inline __m256i dot_u8s8(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
 #endif
 
 /* Rows x[M, K] rounded to Q8_0 blocks: int8 q, scale d and sum(q) per block of 32. */
@@ -42,5 +52,9 @@ void attend_item(const float *qg, const float *k, const float *v, const int64_t 
 /* RMSNorm of one row, as `rms_norm` computes it. */
 void rms_norm_row(const float *xr, const float *w, int64_t H, float eps, float *o);
 float dot_f32(const float *a, const float *b, int64_t n);
+/* y[m * ys + n] = x[m, :K] . W[n, :K] for W in one of GGUF's block formats (ggml type ids: 3 Q4_1, 8 Q8_0, 12 Q4_K,
+ * 13 Q5_K, 14 Q6_K) as stored in the file, rows of whole blocks (gguf_kernels.c). */
+void gguf_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int64_t qtype, int64_t N, float *y,
+                 int64_t ys);
 
 #endif

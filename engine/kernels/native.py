@@ -1,4 +1,4 @@
-"""Builds `cpu_kernels.c` and `llama_decode.c` into a shared library on first use and calls it through ctypes on tensor data.
+"""Builds `cpu_kernels.c`, `llama_decode.c` and `gguf_kernels.c` into a shared library on first use and calls it through ctypes on tensor data.
 
 The library is compiled once per source and compiler flags into a cache directory (`~/.cache/recipe/kernels`), with `-O3 -march=native -fopenmp`, linked to the OpenMP runtime torch
 already loaded, so `torch.set_num_threads` sets the threads of both. Without a C compiler (or when the
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name(name) for name in ("cpu_kernels.c", "llama_decode.c")]
+SOURCES = [Path(__file__).with_name(name) for name in ("cpu_kernels.c", "llama_decode.c", "gguf_kernels.c")]
 HEADER = Path(__file__).with_name("cpu_kernels.h")
 # -ffp-contract=off: each written multiply and add is rounded as written (no fused multiply-add the source did
 # not ask for), so element-wise code (RoPE, residuals) computes what torch computes.
@@ -30,6 +30,7 @@ _I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 SIGNATURES: dict[str, list[type]] = {
     "q8_0_matmul": [_PTR, _I64, _I64, _PTR, _PTR, _I64, _PTR],
     "q4_1_matmul": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _I64, _PTR],
+    "gguf_matmul": [_PTR, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64],
     "rms_norm": [_PTR, _PTR, _I64, _I64, _F32, _PTR],
     "paged_decode_attention": [_PTR, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _I64, _I64, _I64, _I64, _I64, _I64,
                                _I64, _I64, _I64, _F32, _PTR],

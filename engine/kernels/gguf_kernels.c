@@ -1,0 +1,280 @@
+/* Matrix products on GGUF weight blocks as the file stores them (engine/layers/gguf_linear.py):
+ * y[m, n] = x[m, :] . W[n, :] with W in Q8_0, Q4_1, Q4_K, Q5_K or Q6_K (ggml-common.h layouts), never dequantised
+ * to fp32 in memory. As in the q8_0/q4_1 kernels (cpu_kernels.c), the activations are rounded to Q8_0 blocks of 32
+ * (`quantize_rows`), so each 32-weight block's product is an exact integer dot product:
+ *   y += sum over blocks b of  dx_b * (s_lo * sum_{j<16} q_j qx_j + s_hi * sum_{j>=16} q_j qx_j) - mn_b * dx_b * sum(qx)
+ * where s_lo, s_hi are the block's scales for its two halves (equal except in Q6_K, whose scales cover 16 weights)
+ * and mn_b its offset (Q4_K/Q5_K: dmin * m; Q4_1: -m; else 0).
+ *
+ * A "unit" is the span one block header covers: 256 weights (8 blocks of 32) for the K-quants, 32 for Q8_0/Q4_1.
+ * Each unit of 4 weight rows is unpacked once (to bytes and per-half fp32 scales) and used by up to MCHUNK
+ * activation rows. Each output is one accumulator over the blocks in order, with the same operations whatever M is
+ * and whichever thread runs it, so a row's result never depends on the rest of the batch. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+#define QK_K 256
+#define MCHUNK 64
+enum { T_Q4_1 = 3, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14 };
+
+/* A unit of one weight row: its weights as bytes (signed for Q8_0 / Q6_K, unsigned otherwise), a scale per 16
+ * and an offset per 32. */
+typedef struct {
+    int8_t q[QK_K];
+    float s[QK_K / 16];
+    float mn[QK_K / 32];
+} unit_t;
+
+static inline float f16(const uint8_t *p) {
+    const uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {  /* subnormal: normalise */
+            int e = -1;
+            uint32_t m = man;
+            do { e++; m <<= 1; } while ((m & 0x400) == 0);
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((m & 0x3FF) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7F800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static int64_t unit_weights(int64_t qtype) { return qtype == T_Q8_0 || qtype == T_Q4_1 ? 32 : QK_K; }
+
+static int64_t unit_bytes(int64_t qtype) {
+    switch (qtype) {
+        case T_Q4_1: return 20;
+        case T_Q8_0: return 34;
+        case T_Q4_K: return 144;
+        case T_Q5_K: return 176;
+        case T_Q6_K: return 210;
+        default: return 0;
+    }
+}
+
+static int is_signed(int64_t qtype) { return qtype == T_Q8_0 || qtype == T_Q6_K; }
+
+/* The 6-bit (scale, min) of sub-block j of a Q4_K/Q5_K block (llama.cpp's get_scale_min_k4). */
+static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Nibbles of 32 bytes: low -> lo[0..31], high -> hi[0..31]. */
+static inline void nibbles32(const uint8_t *b, int8_t *lo, int8_t *hi) {
+#ifdef __AVX2__
+    const __m256i v = _mm256_loadu_si256((const __m256i *)b), mask = _mm256_set1_epi8(0x0F);
+    _mm256_storeu_si256((__m256i *)lo, _mm256_and_si256(v, mask));
+    _mm256_storeu_si256((__m256i *)hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), mask));
+#else
+    for (int l = 0; l < 32; l++) { lo[l] = (int8_t)(b[l] & 0xF); hi[l] = (int8_t)(b[l] >> 4); }
+#endif
+}
+
+static void unpack_unit(int64_t qtype, const uint8_t *b, unit_t *u) {
+    switch (qtype) {
+    case T_Q8_0: {
+        const float d = f16(b);
+        memcpy(u->q, b + 2, 32);
+        u->s[0] = u->s[1] = d;
+        u->mn[0] = 0.0f;
+        break;
+    }
+    case T_Q4_1: {
+        const float d = f16(b), m = f16(b + 2);
+        for (int j = 0; j < 16; j++) { u->q[j] = (int8_t)(b[4 + j] & 0xF); u->q[j + 16] = (int8_t)(b[4 + j] >> 4); }
+        u->s[0] = u->s[1] = d;
+        u->mn[0] = -m;
+        break;
+    }
+    case T_Q4_K:
+    case T_Q5_K: {
+        const float d = f16(b), dmin = f16(b + 2);
+        const uint8_t *scales = b + 4, *qh = b + 16, *qs = b + (qtype == T_Q4_K ? 16 : 48);
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            scale_min_k4(j, scales, &sc, &m);
+            u->s[2 * j] = u->s[2 * j + 1] = d * (float)sc;
+            u->mn[j] = dmin * (float)m;
+        }
+        for (int i = 0; i < 4; i++) nibbles32(qs + 32 * i, u->q + 64 * i, u->q + 64 * i + 32);
+        if (qtype == T_Q5_K) {
+#ifdef __AVX2__
+            const __m256i h = _mm256_loadu_si256((const __m256i *)qh), one = _mm256_set1_epi8(1);
+            for (int i = 0; i < 8; i++) {  /* bit i of qh[l] is bit 4 of weight 32i + l; bytes stay <= 16 */
+                __m256i *dst = (__m256i *)(u->q + 32 * i);
+                const __m256i bit = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, i), one), 4);
+                _mm256_storeu_si256(dst, _mm256_or_si256(_mm256_loadu_si256(dst), bit));
+            }
+#else
+            for (int i = 0; i < 4; i++)
+                for (int l = 0; l < 32; l++) {
+                    u->q[64 * i + l] = (int8_t)(u->q[64 * i + l] | (((qh[l] >> (2 * i)) & 1) << 4));
+                    u->q[64 * i + 32 + l] = (int8_t)(u->q[64 * i + 32 + l] | (((qh[l] >> (2 * i + 1)) & 1) << 4));
+                }
+#endif
+        }
+        break;
+    }
+    case T_Q6_K: {
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        const float d = f16(b + 208);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *l0 = ql + 64 * h, *hh = qh + 32 * h;
+            int8_t *o = u->q + 128 * h;
+#ifdef __AVX2__
+            const __m256i a = _mm256_loadu_si256((const __m256i *)l0), c = _mm256_loadu_si256((const __m256i *)(l0 + 32));
+            const __m256i hv = _mm256_loadu_si256((const __m256i *)hh), m4 = _mm256_set1_epi8(0x0F);
+            const __m256i m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+            const __m256i lows[4] = {_mm256_and_si256(a, m4), _mm256_and_si256(c, m4),
+                                     _mm256_and_si256(_mm256_srli_epi16(a, 4), m4),
+                                     _mm256_and_si256(_mm256_srli_epi16(c, 4), m4)};
+            for (int k = 0; k < 4; k++) {
+                const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, 2 * k), m2), 4);
+                _mm256_storeu_si256((__m256i *)(o + 32 * k), _mm256_sub_epi8(_mm256_or_si256(lows[k], hi), k32));
+            }
+#else
+            for (int l = 0; l < 32; l++) {
+                o[l] = (int8_t)(((l0[l] & 0xF) | ((hh[l] & 3) << 4)) - 32);
+                o[l + 32] = (int8_t)(((l0[l + 32] & 0xF) | (((hh[l] >> 2) & 3) << 4)) - 32);
+                o[l + 64] = (int8_t)(((l0[l] >> 4) | (((hh[l] >> 4) & 3) << 4)) - 32);
+                o[l + 96] = (int8_t)(((l0[l + 32] >> 4) | (((hh[l] >> 6) & 3) << 4)) - 32);
+            }
+#endif
+        }
+        for (int i = 0; i < 16; i++) u->s[i] = d * (float)sc[i];
+        for (int j = 0; j < 8; j++) u->mn[j] = 0.0f;
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+#ifdef __AVX2__
+/* Lanes 0-3 cover weights 0..15 of a block, lanes 4-7 weights 16..31 (dot_u8s8 sums 4 bytes per lane). */
+static inline __m256 half_scales(const float *s, float dx) {
+    return _mm256_mul_ps(_mm256_setr_ps(s[0], s[0], s[0], s[0], s[1], s[1], s[1], s[1]), _mm256_set1_ps(dx));
+}
+#endif
+
+/* Outputs n .. n + nr - 1 (nr <= 4) for activation rows m0 .. m1 - 1. */
+static void gguf_group(int64_t n, int nr, int64_t m0, int64_t m1, int64_t K, const uint8_t *w, int64_t qtype,
+                       const int8_t *xq, const float *dx, const int32_t *xs, float *y, int64_t ys) {
+    const int64_t uw = unit_weights(qtype), ub = unit_bytes(qtype), units = K / uw, row = units * ub, nb = K / QK;
+    const int64_t bpu = uw / QK, sgn = is_signed(qtype);
+    const int64_t rows = m1 - m0;
+    unit_t un[4];
+#ifdef __AVX2__
+    __m256 acc[MCHUNK][4];
+#else
+    float acc[MCHUNK][4];
+#endif
+    float off[MCHUNK][4];
+    for (int64_t m = 0; m < rows; m++)
+        for (int r = 0; r < 4; r++) {
+#ifdef __AVX2__
+            acc[m][r] = _mm256_setzero_ps();
+#else
+            acc[m][r] = 0.0f;
+#endif
+            off[m][r] = 0.0f;
+        }
+    const int has_min = qtype == T_Q4_1 || qtype == T_Q4_K || qtype == T_Q5_K;
+#ifdef __AVX2__
+    __m256 hs[4][QK_K / 32];
+    __m256i wabs[4][QK_K / 32];  /* signed formats: |q| once per unit (the product takes x's sign from q) */
+#endif
+    for (int64_t t = 0; t < units; t++) {
+        for (int r = 0; r < nr; r++) {
+            unpack_unit(qtype, w + (n + r) * row + t * ub, &un[r]);
+#ifdef __AVX2__
+            for (int64_t j = 0; j < bpu; j++) {
+                hs[r][j] = half_scales(un[r].s + 2 * j, 1.0f);
+                const __m256i wv = _mm256_loadu_si256((const __m256i *)(un[r].q + j * QK));
+                wabs[r][j] = sgn ? _mm256_sign_epi8(wv, wv) : wv;
+            }
+#endif
+        }
+        for (int64_t m = 0; m < rows; m++) {
+            const int64_t mm = m0 + m;
+            for (int64_t j = 0; j < bpu; j++) {
+                const int64_t b = t * bpu + j;
+                const int8_t *xb = xq + mm * K + b * QK;
+                const float sx = dx[mm * nb + b];
+                const float sum = (float)xs[mm * nb + b];
+#ifdef __AVX2__
+                const __m256i x = _mm256_loadu_si256((const __m256i *)xb);
+                const __m256 vsx = _mm256_set1_ps(sx);
+#endif
+                for (int r = 0; r < nr; r++) {
+                    const int8_t *q = un[r].q + j * QK;
+#ifdef __AVX2__
+                    const __m256i p = sgn ? dot_u8s8(wabs[r][j], _mm256_sign_epi8(x, _mm256_loadu_si256((const __m256i *)q)))
+                                          : dot_u8s8(wabs[r][j], x);
+                    acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(hs[r][j], vsx), acc[m][r]);
+#else
+                    int32_t lo = 0, hi = 0;
+                    for (int l = 0; l < 16; l++) lo += (int32_t)q[l] * xb[l];
+                    for (int l = 16; l < 32; l++) hi += (int32_t)q[l] * xb[l];
+                    acc[m][r] += (float)lo * (un[r].s[2 * j] * sx) + (float)hi * (un[r].s[2 * j + 1] * sx);
+#endif
+                    if (has_min) off[m][r] += un[r].mn[j] * sx * sum;
+                }
+            }
+        }
+    }
+    for (int64_t m = 0; m < rows; m++)
+        for (int r = 0; r < nr; r++) {
+#ifdef __AVX2__
+            y[(m0 + m) * ys + n + r] = hsum(acc[m][r]) - off[m][r];
+#else
+            y[(m0 + m) * ys + n + r] = acc[m][r] - off[m][r];
+#endif
+        }
+}
+
+void gguf_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int64_t qtype, int64_t N, float *y,
+                 int64_t ys) {
+    if (unit_bytes(qtype) == 0 || K % unit_weights(qtype) != 0) return;
+    const int64_t nb = K / QK, groups = (N + 3) / 4, chunks = (M + MCHUNK - 1) / MCHUNK;
+    int8_t *xq = (int8_t *)malloc((size_t)(M * K));
+    float *dx = (float *)malloc(sizeof(float) * (size_t)(M * nb));
+    int32_t *xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)(M * nb));
+    if (xq != NULL && dx != NULL && xs != NULL) {
+#pragma omp parallel if (N * K * M >= 65536)
+        {
+#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++) quantize_rows(x + m * K, 1, K, xq + m * K, dx + m * nb, xs + m * nb);
+#pragma omp for schedule(guided, 4) collapse(2)
+            for (int64_t c = 0; c < chunks; c++)
+                for (int64_t g = 0; g < groups; g++) {
+                    const int64_t m0 = c * MCHUNK, m1 = m0 + MCHUNK < M ? m0 + MCHUNK : M;
+                    const int nr = (int)(N - 4 * g < 4 ? N - 4 * g : 4);
+                    gguf_group(4 * g, nr, m0, m1, K, w, qtype, xq, dx, xs, y, ys);
+                }
+        }
+    }
+    free(xq);
+    free(dx);
+    free(xs);
+}

@@ -1,0 +1,92 @@
+"""GGUF block formats read exactly (against gguf-py's own `dequantize`) and multiplied natively on the blocks
+(against the fp32 product of the dequantised weight with the Q8_0-rounded activations)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize as gguf_dequantize
+from kquant_encode import encode
+from recipe.engine.kernels.native import library
+from recipe.engine.layers.block_quant_linear import Q4_1Linear, Q8_0Linear, round_activations
+from recipe.engine.layers.gguf_blocks import dequantize
+from recipe.engine.layers.gguf_linear import GGUFLinear, file_linear
+
+TYPES = [T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_0, T.Q4_1]
+needs_native = pytest.mark.skipif(library() is None, reason="no C compiler: the native kernels are not built")
+
+
+def _raw(qtype: T, n: int, k: int, seed: int) -> torch.Tensor:
+    w = np.random.default_rng(seed).normal(0, 0.05, (n, k)).astype(np.float32)
+    w[0, :] = 0.0  # an all-zero row: scales 0
+    return torch.from_numpy(np.ascontiguousarray(encode(w, qtype)))
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_dequantize_equals_gguf_py_exactly(qtype: T) -> None:
+    raw = _raw(qtype, 9, 512, 1)
+    ours = dequantize(raw, int(qtype), 512)
+    oracle = torch.from_numpy(np.asarray(gguf_dequantize(raw.numpy(), qtype), dtype=np.float32).copy())
+    assert torch.equal(ours, oracle.reshape(9, 512))
+
+
+def test_dequantize_reads_random_bytes_as_gguf_py_does() -> None:
+    """Any byte pattern (every scale/min bit, negative Q6_K scales), not only what the test encoder writes; f16
+    fields kept finite."""
+    rng = np.random.default_rng(5)
+    for qtype, nbytes, f16_at in ((T.Q4_K, 144, (0, 2)), (T.Q5_K, 176, (0, 2)), (T.Q6_K, 210, (208,))):
+        raw = rng.integers(0, 256, (6, 2 * nbytes), dtype=np.uint8)
+        for blk in range(2):
+            for off in f16_at:
+                raw[:, blk * nbytes + off: blk * nbytes + off + 2] = (
+                    np.float16(rng.uniform(-0.01, 0.01)).reshape(1).view(np.uint8))
+        ours = dequantize(torch.from_numpy(raw), int(qtype), 512)
+        oracle = np.asarray(gguf_dequantize(raw, qtype), dtype=np.float32).reshape(6, 512)
+        assert torch.equal(ours, torch.from_numpy(oracle.copy())), qtype.name
+
+
+@needs_native
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("m", [1, 3, 8, 70])
+def test_native_product_on_the_blocks_matches_the_dequantised_product(qtype: T, m: int) -> None:
+    n, k = 37, 512  # 37: a last group of one row
+    layer = GGUFLinear([(int(qtype), _raw(qtype, n, k, 2))], k)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+    ref = F.linear(round_activations(x).double(), layer.dequantized().double()).float()
+    got = layer(x)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@needs_native
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_a_row_gets_the_same_bits_whatever_the_batch(qtype: T) -> None:
+    layer = GGUFLinear([(int(qtype), _raw(qtype, 21, 256, 3))], 256)
+    x = torch.randn(130, 256, generator=torch.Generator().manual_seed(7))
+    whole = layer(x)
+    for i in (0, 5, 64, 129):
+        assert torch.equal(layer(x[i: i + 1]), whole[i: i + 1])
+
+
+@needs_native
+def test_parts_of_different_formats_write_their_own_columns() -> None:
+    """A fused q/k/v of a Q4_K_M file: q, k in Q4_K, v in Q6_K; with a bias."""
+    parts = [(int(T.Q4_K), _raw(T.Q4_K, 16, 256, 4)), (int(T.Q4_K), _raw(T.Q4_K, 8, 256, 5)),
+             (int(T.Q6_K), _raw(T.Q6_K, 8, 256, 6))]
+    bias = torch.randn(32)
+    layer = GGUFLinear(parts, 256, bias)
+    x = torch.randn(5, 256)
+    singles = [GGUFLinear([p], 256)(x) for p in parts]
+    assert torch.equal(layer(x), torch.cat(singles, dim=1) + bias)
+
+
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_1], ids=lambda t: t.name)
+def test_q8_0_and_q4_1_files_become_the_block_layers_with_the_files_values(qtype: T) -> None:
+    raw = _raw(qtype, 12, 256, 8)
+    layer = file_linear([(int(qtype), raw[:4]), (int(qtype), raw[4:])], 256)
+    assert isinstance(layer, Q8_0Linear if qtype == T.Q8_0 else Q4_1Linear)
+    assert torch.equal(layer.dequantized(), dequantize(raw, int(qtype), 256))
+    x = torch.randn(3, 256)
+    torch.testing.assert_close(layer(x), GGUFLinear([(int(qtype), raw)], 256)(x), rtol=1e-5, atol=1e-6)
