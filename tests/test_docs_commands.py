@@ -8,7 +8,8 @@ Each line of a `bash` block is split as the shell splits it, then checked by its
   so no script is imported or run); `python -m pytest PATH`: PATH exists; `python -m MODULE`: it resolves;
 - `bash scripts/X.sh`: the script exists (`serve.sh` passes its arguments to `recipe serve`: checked as such);
 - `pip install -e ".[extras]"`: each extra is declared in pyproject.toml; `curl -d BODY`: BODY is JSON;
-- any argument that names a path under the repository's input folders must exist.
+- any argument that names a path under the repository's input folders must exist, and an output file's folder
+  must exist on a fresh clone (or be one its program creates).
 A program this test does not know fails, so that a new kind of command gets a check before it gets a doc
 (in the docs other work is writing now, PENDING_DOCS, such a program is let through: only the commands of
 programs this test knows are checked there).
@@ -41,6 +42,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PENDING_DOCS = {"clients.md", "structured-output-soundness.md", "gguf-models.md"}
 INPUT_DIRS = ("docs/", "scripts/", "bench/", "tests/", "golden/", "schemas/", "recipe/", "engine/", "server/", "codecs/")
 OUTPUT_FLAGS = {"-o", "--output", "--out", "--json", "--report", "--junit", "--html", "--corpus"}
+# (program, flag) whose output folder the program creates itself
+CREATES_FOLDER = {("bench/soak.py", "--out"), ("scripts/train_draft_head.py", "--out")}
 PYTHONS = {"python", "python3", ".venv/bin/python", ".venv/bin/python3"}
 RECIPES = {"recipe", ".venv/bin/recipe"}
 PYTESTS = {"pytest", ".venv/bin/pytest"}
@@ -189,10 +192,26 @@ def extras() -> frozenset[str]:
 # ---- the checks
 
 
-def _paths(args: list[str]) -> list[str]:
+def _tracked_folder(folder: Path) -> bool:
+    """A folder a fresh clone has: tracked files under it (ignored folders such as artifacts/ are not)."""
+    if folder.is_absolute():
+        return folder.is_dir() and not folder.is_relative_to(ROOT)
+    return folder == Path(".") or any(t.startswith(f"{folder.as_posix()}/") for t in _tracked())
+
+
+@cache
+def _tracked() -> tuple[str, ...]:
+    proc = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    return tuple(proc.stdout.splitlines()) if proc.returncode == 0 else ()
+
+
+def _paths(args: list[str], program: str = "") -> list[str]:
     problems = []
     for i, arg in enumerate(args):
         if i and args[i - 1] in OUTPUT_FLAGS:
+            folder = Path(arg).parent
+            if (program, args[i - 1]) not in CREATES_FOLDER and _tracked() and not _tracked_folder(folder):
+                problems.append(f"{args[i - 1]} {arg}: a fresh clone has no folder {folder}")
             continue
         value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
         path = value.split("::", 1)[0]
@@ -226,7 +245,7 @@ def check_recipe(args: list[str]) -> list[str]:
 def check_script(script: Path, args: list[str]) -> list[str]:
     if not script.is_file():
         return [f"{script.relative_to(ROOT) if script.is_relative_to(ROOT) else script} does not exist"]
-    problems = _paths(args)
+    problems = _paths(args, script.relative_to(ROOT).as_posix() if script.is_relative_to(ROOT) else "")
     flags = script_flags(script)
     if flags is None:
         return problems
@@ -433,6 +452,7 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     ".venv/bin/python bench/no_such_bench.py",
     "bash scripts/serve.sh --prot 8001",
     ".venv/bin/recipe validate --schema docs/examples/missing.json",
+    ".venv/bin/recipe conformance --base-url http://127.0.0.1:8000 --html artifacts/report.html",  # not in a clone
     "make everything",
 ])
 def test_the_checker_refuses(line: str) -> None:
