@@ -5,7 +5,8 @@
 
 One JSON file per capability holds its latest figure: `id`, `order`, `section`, `capability`, `command`,
 `anchor`, `figure`, `goal`, `status` ("met", "not met" or "report"), `measured` (when and on what machine),
-and optionally `headline` (the README's one-line figure; capabilities without one stay out of the README),
+and optionally `headline` (the README's one-line figure; capabilities without one stay out of the README) with
+`title` (its short name there),
 `note` (where it falls short, caveats) and `source`. A bench run with `--json PATH` updates its file through
 `merge_result`, keeping the fields only a person writes (goal, anchor, note, section, order).
 The history of a figure is the git log of its file, not the documents.
@@ -105,7 +106,7 @@ def render_summary(results: list[dict[str, Any]]) -> str:
     lines = [README_START, "", "| capability | latest figure | goal | status |", "| --- | --- | --- | --- |"]
     for r in results:
         if r.get("headline"):
-            lines.append(f"| {_cell(r['capability'])} | {_cell(r['headline'])} | {_cell(r['goal'])} | "
+            lines.append(f"| {_cell(r.get('title', r['capability']))} | {_cell(r['headline'])} | {_cell(r['goal'])} | "
                          f"{STATUS[r['status']]} |")
     lines += ["", README_END]
     return "\n".join(lines)
