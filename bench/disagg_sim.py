@@ -2,6 +2,7 @@
 
     python bench/disagg_sim.py                  # DistServe-shaped goodput sweep + diurnal autoscaler day
     python bench/disagg_sim.py --only sweep
+    python bench/disagg_sim.py --json bench/results   # also write each section's figure there
 
 Sections:
   sweep    goodput (highest rate with >= 90% of requests meeting both TTFT and TPOT SLOs) of 1P+1D against
@@ -17,6 +18,9 @@ per user, i.e. ~740 concurrent sequences), a planning assumption, not a measurem
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+from typing import Any
 
 from recipe.engine.disagg.autoscaler import Autoscaler, AutoscalerPolicy
 from recipe.engine.disagg.sim.cluster import simulate
@@ -32,10 +36,15 @@ CURVES = {
 }
 
 
+# capability id -> this run's fields for bench/results/<id>.json (written with --json DIR)
+FIGURES: dict[str, dict[str, Any]] = {}
+
+
 def sweep(curves: StepCurves, name: str) -> None:
     print(f"\n## goodput sweep ({name} curves): 1P+1D vs 2 colocated, SLO TTFT <= 4x and TPOT <= 2x unloaded")
     print("| prompt / output | 1P+1D req/s | 2 colocated req/s | ratio |")
     print("|---|---|---|---|")
+    ratios: dict[str, float | None] = {}
     for p, o in ((1024, 16), (512, 64), (256, 128), (128, 256), (32, 512)):
         ttft = 4 * curves.step(p, 0, 0)
         tpot = 2 * curves.step(0, 1, p + o)
@@ -45,6 +54,12 @@ def sweep(curves: StepCurves, name: str) -> None:
                       iterations=10)
         ratio = f"{dis / col:.2f}" if col else "inf"
         print(f"| {p} / {o} | {dis:.3g} | {col:.3g} | {ratio} |")
+        ratios[f"{p}/{o}"] = dis / col if col else None
+    FIGURES["disagg_sim_sweep"] = {
+        "command": f".venv/bin/python bench/disagg_sim.py --only sweep --curves {name}",
+        "figure": "prompt/output " + ", ".join(f"{k} {'inf' if v is None else f'{v:.2f}×'}" for k, v in ratios.items()),
+        "data": {"goodput_ratio": ratios},
+    }
 
 
 def diurnal(curves: StepCurves, name: str, peak: float, seconds: float) -> None:
@@ -68,8 +83,15 @@ def diurnal(curves: StepCurves, name: str, peak: float, seconds: float) -> None:
         print(f"| {4 * k:02d}:00-{4 * k + 4:02d}:00 | {attainment(a, ttft, tpot):.1%} | {attainment(b, ttft, tpot):.1%} |")
     total = sum(res.instance_seconds.values())
     off = res.instance_seconds.get("off", 0.0)
-    print(f"whole day: autoscaled {attainment(res.requests, ttft, tpot):.1%}, static {attainment(static.requests, ttft, tpot):.1%}; "
+    auto_att, static_att = attainment(res.requests, ttft, tpot), attainment(static.requests, ttft, tpot)
+    print(f"whole day: autoscaled {auto_att:.1%}, static {static_att:.1%}; "
           f"instance time freed (role off): {off / total:.1%}; role moves: {len(res.decisions)}")
+    FIGURES["disagg_sim_diurnal"] = {
+        "command": f".venv/bin/python bench/disagg_sim.py --only diurnal --curves {name} --day-seconds {seconds:g}",
+        "figure": f"SLO attainment **{auto_att:.1%}** autoscaled vs {static_att:.1%} static; {off / total:.1%} of "
+                  f"instance time freed, {len(res.decisions)} role moves",
+        "data": {"autoscaled": auto_att, "static": static_att, "freed": off / total, "moves": len(res.decisions)},
+    }
 
 
 def main() -> None:
@@ -78,6 +100,9 @@ def main() -> None:
     ap.add_argument("--curves", default="smollm2", choices=sorted(CURVES))
     ap.add_argument("--peak", type=float, default=None, help="diurnal peak req/s (default: per curves)")
     ap.add_argument("--day-seconds", type=float, default=8640.0, help="simulated length of the day")
+    ap.add_argument("--json", default=None, metavar="DIR",
+                    help="also write each section's figure to DIR/<capability>.json (bench/results feeds "
+                         "docs/performance.md)")
     args = ap.parse_args()
     curves = CURVES[args.curves]
     only = set(args.only.split(","))
@@ -85,6 +110,12 @@ def main() -> None:
         sweep(curves, args.curves)
     if "diurnal" in only:
         diurnal(curves, args.curves, args.peak or (1.5 if args.curves == "smollm2" else 60.0), args.day_seconds)
+    if args.json:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+        from make_performance_doc import merge_result
+
+        for capability, fields in FIGURES.items():
+            merge_result(Path(args.json) / f"{capability}.json", fields)
 
 
 if __name__ == "__main__":

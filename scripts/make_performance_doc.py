@@ -45,8 +45,8 @@ from the repository root after `bash scripts/setup.sh`; the commands of each sec
 table. A figure's history is the git log of its file in `bench/results/`.
 
 A bench run with `--json PATH` rewrites that capability's file (`bench/codec.py`, `bench/encode_long.py`,
-`bench/stream.py`, `bench/format_masks.py` have it, and `bench/swa_sessions.py --json bench/results` writes one
-file per section it runs; the other rows were written from their benches' output by hand); then regenerate this page and the README's summary:
+`bench/stream.py`, `bench/format_masks.py` have it, and `bench/swa_sessions.py` and `bench/disagg_sim.py` with
+`--json bench/results` write one file per section they run; the other rows were written from their benches' output by hand); then regenerate this page and the README's summary:
 
 ```bash
 .venv/bin/python bench/codec.py --bodies 80 --repeats 3 --clock process --json bench/results/codec.json
