@@ -423,13 +423,21 @@ def test_flags_named_in_prose_exist() -> None:
     assert not missing, "flags no parser defines:\n  " + "\n  ".join(missing)
 
 
+def _anchors(doc: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation but hyphens dropped, spaces as hyphens."""
+    text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
 def test_links_between_docs_resolve() -> None:
     for doc in DOCS:
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text(encoding="utf-8")):
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", doc.read_text(encoding="utf-8")):
             if re.match(r"[a-z]+:", target):
                 continue
-            path = (doc.parent / target).resolve()
+            path = (doc.parent / target).resolve() if target else doc
             assert path.exists() or path.name in PENDING_DOCS, f"{doc.relative_to(ROOT)} links to missing {target}"
+            if anchor and path.exists() and path.suffix == ".md":
+                assert anchor in _anchors(path), f"{doc.relative_to(ROOT)} links to {target}#{anchor}: no such heading"
 
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:
