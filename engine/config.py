@@ -6,7 +6,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-WEIGHT_FORMATS = ("dtype", "int8", "int4", "q8_0", "q4_1")
+WEIGHT_FORMATS = ("dtype", "int8", "int4", "q8_0", "q4_1", "gguf", "gguf_q8")
+
+
+def is_gguf_checkpoint(model: str) -> bool:
+    """Whether `model` names a GGUF checkpoint: the demo model ("smollm2", a GGUF) or a `.gguf` path."""
+    return model == "smollm2" or model.endswith(".gguf")
 
 
 @dataclass
@@ -67,21 +72,34 @@ class EngineConfig:
     # fp64, but fp32 rounding then varies with batch composition); "native": the decode rows in one native
     # kernel call per layer that reads K/V in place through the block tables, each row computed alone
     # (batch-independent numerics; fp32 only, else the reference), prefill spans as the reference.
-    # None (default): the model's own default, "batched" for DeepSeek-V4 (a third of the reference's ops per
-    # decode step at batch 8, equal to transformers' logits in tests), "reference" for every other model.
+    # None (default): "native" for a GGUF checkpoint (the fast path, below), else the model's own default,
+    # "batched" for DeepSeek-V4 (a third of the reference's ops per decode step at batch 8, equal to transformers'
+    # logits in tests), "reference" for every other model.
     attention_backend: str | None = None
     # "dtype": weights in `dtype`; "int8" / "int4": weight-only quantised linears on torch's kernels; "q8_0" /
-    # "q4_1": GGUF's block formats on the native CPU kernels (engine/kernels; pure torch without a compiler)
-    weight_format: str = "dtype"
+    # "q4_1": GGUF's block formats on the native CPU kernels (engine/kernels; pure torch without a compiler),
+    # re-quantised from the loaded weights; "gguf": a GGUF file's own blocks as stored (Q8_0, Q4_1, Q4_K, Q5_K,
+    # Q6_K; engine/models/gguf_weights.py) with fp32 activations, so each product is x times exactly the file's
+    # dequantised weights; "gguf_q8": the same blocks with activations rounded to Q8_0 blocks as llama.cpp rounds
+    # them (integer block products; Q8_0/Q4_1 files then run the fused decode step).
+    # "auto" (default): "gguf" for a GGUF checkpoint, else "dtype".
+    weight_format: str = "auto"
     moe_backend: str = "grouped"  # "loop": one matmul pair per expert
-    norm_backend: str = "torch"  # "native": RMSNorm of fp32 rows in one native kernel call (engine/kernels)
+    # "native": RMSNorm of fp32 rows in one native kernel call (engine/kernels); "auto" (default): "native" for a
+    # GGUF checkpoint, else "torch"
+    norm_backend: str = "auto"
+    # The fast path is the default for a GGUF checkpoint ("smollm2" or a .gguf path): the file's own blocks,
+    # native attention and norm, the fused decode step. `exact=True` is the reference for parity tests: every
+    # speed option left unset takes its reference (weights dequantised to `dtype`, per-sequence attention, torch's
+    # RMSNorm, the layered decode step); options given explicitly still win.
+    exact: bool = False
     # "layers": each decoder layer's torch modules; "fused": a decode-only step of a Llama-family model, or any step
     # of at most 64 tokens (a speculative verify step, a short prefill), runs all layers in one native call
     # (engine/kernels/fused_llama.py; fp32 activations and KV, fp32/q8_0/q4_1 weights), else the layered path.
     # The default: SmolLM2 decode ran 1.8-2.5x as fast fused as layered at batch 1 (fp32 and q4_1) and 2.0-3.9x at
     # 8-64 sequences (fp32; README, engine rows), and a row's values do not depend on the rest of the batch;
     # "layers" is its off switch (tests prove the two equal)
-    decode_backend: str = "fused"
+    decode_backend: str = "auto"  # "auto": "fused", or "layers" with `exact`
     # "torch": every linear through F.linear; "few-rows": fp32 products of a few rows (a speculative verify
     # step, a small decode batch) weight-major, W @ x^T, which costs about one row's time where MKL's x @ W^T
     # costs 1.6-2.7x (engine/layers/few_rows_linear.py)
@@ -153,6 +171,15 @@ class EngineConfig:
     speculative_ngram_match_buckets: bool = True
 
     def __post_init__(self) -> None:
+        fast = is_gguf_checkpoint(self.model) and not self.exact
+        if self.weight_format == "auto":
+            self.weight_format = "gguf" if fast else "dtype"
+        if self.norm_backend == "auto":
+            self.norm_backend = "native" if fast else "torch"
+        if self.attention_backend is None:
+            self.attention_backend = "native" if fast else ("reference" if self.exact else None)
+        if self.decode_backend == "auto":
+            self.decode_backend = "layers" if self.exact else "fused"
         checks = [
             (self.block_size >= 1 and (self.block_size & (self.block_size - 1)) == 0,
              f"block_size must be a power of two, got {self.block_size}"),
@@ -212,6 +239,21 @@ class EngineConfig:
             if not ok:
                 raise ValueError(message)
         self.kv_retention = retention_seconds(self.kv_retention)
+
+    @property
+    def compute_path(self) -> str:
+        """One line naming the path a step runs (`recipe serve` prints it at start-up)."""
+        weights = {"gguf": "the GGUF file's own quantised blocks, fp32 activations (native kernels)",
+                   "gguf_q8": "the GGUF file's own quantised blocks, Q8_0-rounded activations (native kernels)",
+                   "dtype": f"{self.dtype} weights",
+                   "q8_0": "weights re-quantised to q8_0 (native kernels)",
+                   "q4_1": "weights re-quantised to q4_1 (native kernels)"}.get(str(self.weight_format),
+                                                                               f"{self.weight_format} weights")
+        kind = ("exact reference path" if self.exact
+                else "fast path" if str(self.weight_format).startswith("gguf") else "path")
+        attention = self.attention_backend or "model default"
+        return (f"{kind}: {weights}, {attention} attention, {self.norm_backend} RMSNorm, "
+                f"{self.decode_backend} decode step")
 
     @property
     def kv_tiers_enabled(self) -> bool:

@@ -6,6 +6,8 @@
  * where s_lo, s_hi are the block's scales for its two halves (equal except in Q6_K, whose scales cover 16 weights)
  * and mn_b its offset (Q4_K/Q5_K: dmin * m; Q4_1: -m; else 0).
  *
+ * With `round_x` 0, the activations stay fp32 instead (`gguf_group_f32`): x times exactly the dequantised weights.
+ *
  * A "unit" is the span one block header covers: 256 weights (8 blocks of 32) for the K-quants, 32 for Q8_0/Q4_1.
  * Each unit of 4 weight rows is unpacked once (to bytes and per-half fp32 scales) and used by up to MCHUNK
  * activation rows. Each output is one accumulator over the blocks in order, with the same operations whatever M is
@@ -253,10 +255,65 @@ static void gguf_group(int64_t n, int nr, int64_t m0, int64_t m1, int64_t K, con
         }
 }
 
+/* fp32 activations: each unit of 4 weight rows is dequantised into L1 (w = s * q - mn, the values gguf-py's
+ * dequantiser gives) and dotted with x as it is, so y is x times exactly the file's dequantised weights (summation
+ * order aside): 8 fp32 lanes per output accumulated over the row in order, then `hsum`. */
+static void gguf_group_f32(int64_t n, int nr, int64_t m0, int64_t m1, int64_t K, const uint8_t *w, int64_t qtype,
+                           const float *x, float *y, int64_t ys) {
+    const int64_t uw = unit_weights(qtype), ub = unit_bytes(qtype), units = K / uw, row = units * ub;
+    const int64_t rows = m1 - m0;
+    unit_t un;
+    float wf[4][QK_K];
+#ifdef __AVX2__
+    __m256 acc[MCHUNK][4];
+    for (int64_t m = 0; m < rows; m++)
+        for (int r = 0; r < 4; r++) acc[m][r] = _mm256_setzero_ps();
+#else
+    float acc[MCHUNK][4] = {{0}};
+#endif
+    for (int64_t t = 0; t < units; t++) {
+        for (int r = 0; r < nr; r++) {
+            unpack_unit(qtype, w + (n + r) * row + t * ub, &un);
+            for (int64_t i = 0; i < uw; i++) wf[r][i] = un.s[i / 16] * (float)un.q[i] - un.mn[i / 32];
+        }
+        for (int64_t m = 0; m < rows; m++) {
+            const float *xm = x + (m0 + m) * K + t * uw;
+            for (int r = 0; r < nr; r++) {
+#ifdef __AVX2__
+                __m256 a = acc[m][r];
+                for (int64_t i = 0; i < uw; i += 8)
+                    a = _mm256_fmadd_ps(_mm256_loadu_ps(wf[r] + i), _mm256_loadu_ps(xm + i), a);
+                acc[m][r] = a;
+#else
+                for (int64_t i = 0; i < uw; i++) acc[m][r] += wf[r][i] * xm[i];
+#endif
+            }
+        }
+    }
+    for (int64_t m = 0; m < rows; m++)
+        for (int r = 0; r < nr; r++) {
+#ifdef __AVX2__
+            y[(m0 + m) * ys + n + r] = hsum(acc[m][r]);
+#else
+            y[(m0 + m) * ys + n + r] = acc[m][r];
+#endif
+        }
+}
+
 void gguf_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int64_t qtype, int64_t N, float *y,
-                 int64_t ys) {
+                 int64_t ys, int64_t round_x) {
     if (unit_bytes(qtype) == 0 || K % unit_weights(qtype) != 0) return;
     const int64_t nb = K / QK, groups = (N + 3) / 4, chunks = (M + MCHUNK - 1) / MCHUNK;
+    if (!round_x) {
+#pragma omp parallel for schedule(guided, 4) collapse(2) if (N * K * M >= 65536)
+        for (int64_t c = 0; c < chunks; c++)
+            for (int64_t g = 0; g < groups; g++) {
+                const int64_t m0 = c * MCHUNK, m1 = m0 + MCHUNK < M ? m0 + MCHUNK : M;
+                const int nr = (int)(N - 4 * g < 4 ? N - 4 * g : 4);
+                gguf_group_f32(4 * g, nr, m0, m1, K, w, qtype, x, y, ys);
+            }
+        return;
+    }
     int8_t *xq = (int8_t *)malloc((size_t)(M * K));
     float *dx = (float *)malloc(sizeof(float) * (size_t)(M * nb));
     int32_t *xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)(M * nb));

@@ -30,7 +30,7 @@ _I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 SIGNATURES: dict[str, list[type]] = {
     "q8_0_matmul": [_PTR, _I64, _I64, _PTR, _PTR, _I64, _PTR],
     "q4_1_matmul": [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _I64, _PTR],
-    "gguf_matmul": [_PTR, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64],
+    "gguf_matmul": [_PTR, _I64, _I64, _PTR, _I64, _I64, _PTR, _I64, _I64],
     "rms_norm": [_PTR, _PTR, _I64, _I64, _F32, _PTR],
     "paged_decode_attention": [_PTR, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _I64, _I64, _I64, _I64, _I64, _I64,
                                _I64, _I64, _I64, _F32, _PTR],

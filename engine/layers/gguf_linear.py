@@ -1,5 +1,5 @@
-"""Linear layers whose weights are a GGUF file's own blocks (`EngineConfig.weight_format = "gguf"`), so the
-engine computes with exactly the file's quantisation (no fp32 copy, no re-quantising):
+"""Linear layers whose weights are a GGUF file's own blocks (`EngineConfig.weight_format = "gguf"` or "gguf_q8"), so
+the engine computes with exactly the file's quantisation (no fp32 copy, no re-quantising):
 
 - `GGUFLinear`: rows in Q8_0, Q4_1, Q4_K, Q5_K or Q6_K as stored, possibly in several parts of different formats
   (a fused q/k/v whose v is Q6_K where q, k are Q4_K, as Q4_K_M files have), each part one native call
@@ -7,9 +7,11 @@ engine computes with exactly the file's quantisation (no fp32 copy, no re-quanti
 - `FileQ8_0Linear`, `FileQ4_1Linear`: a weight wholly in Q8_0 or Q4_1 becomes the existing block layer
   (`block_quant_linear.py`) holding the file's q and scales, which the fused decode step also reads.
 
-As the q8_0/q4_1 layers do, the activations are rounded to Q8_0 blocks of 32 (`round_activations`), so the layer
-computes `round_activations(x) @ dequantized().T` in fp32 (summation order aside; each row alone, whatever the
-batch). Without the native library it is that torch expression. Another activation dtype runs through fp32.
+Activations: `round_x=False` ("gguf") keeps them fp32, so the layer computes `x @ dequantized().T`, the product with
+exactly the file's dequantised weights (summation order aside); `round_x=True` ("gguf_q8") rounds them to Q8_0
+blocks of 32 as llama.cpp and the q8_0/q4_1 layers do (`round_activations`): integer block products, cheaper in
+batches, `round_activations(x) @ dequantized().T`. Either way each row is computed alone, whatever the batch.
+Without the native library it is that torch expression. Another activation dtype runs through fp32.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ Part = tuple[int, torch.Tensor]  # (ggml type id, raw rows uint8 [n, row_bytes])
 class GGUFLinear(nn.Module):
     """y = x @ W^T (+ bias), W = the row-wise concatenation of `parts`, each rows of GGUF blocks."""
 
-    def __init__(self, parts: list[Part], in_features: int, bias: torch.Tensor | None = None) -> None:
+    def __init__(self, parts: list[Part], in_features: int, bias: torch.Tensor | None = None,
+                 round_x: bool = False) -> None:
         super().__init__()
         self.in_features = in_features
+        self.round_x = round_x
         self.qtypes: list[int] = []
         self.rows: list[int] = []
         for i, (qtype, raw) in enumerate(parts):
@@ -51,13 +55,13 @@ class GGUFLinear(nn.Module):
         flat = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
         lib = library()
         if lib is None:
-            y = F.linear(round_activations(flat), self.dequantized())
+            y = F.linear(round_activations(flat) if self.round_x else flat, self.dequantized())
         else:
             y = flat.new_empty(flat.shape[0], self.out_features)
             col = 0
             for q, raw in self.raw_parts():
                 lib.gguf_matmul(flat.data_ptr(), flat.shape[0], self.in_features, raw.data_ptr(), q, raw.shape[0],
-                                y.data_ptr() + 4 * col, self.out_features)
+                                y.data_ptr() + 4 * col, self.out_features, int(self.round_x))
                 col += raw.shape[0]
         if self.bias is not None:
             y = y + self.bias.to(torch.float32)
@@ -65,7 +69,8 @@ class GGUFLinear(nn.Module):
 
     def extra_repr(self) -> str:
         kinds = "+".join(f"{NAMES[q]}[{n}]" for q, n in zip(self.qtypes, self.rows, strict=True))
-        return f"in_features={self.in_features}, out_features={self.out_features}, blocks={kinds}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, blocks={kinds}, "
+                f"activations={'q8_0' if self.round_x else 'fp32'}")
 
 
 def _blocks(raw: torch.Tensor, qtype: int, k: int) -> torch.Tensor:
@@ -102,11 +107,12 @@ class FileQ4_1Linear(Q4_1Linear):
         self.bias = bias
 
 
-def file_linear(parts: list[Part], in_features: int, bias: torch.Tensor | None = None) -> nn.Module:
-    """The layer for a weight made of `parts`: one Q8_0 or Q4_1 format throughout -> the fused step's layer, any
-    other mix -> `GGUFLinear`."""
+def file_linear(parts: list[Part], in_features: int, bias: torch.Tensor | None = None,
+                round_x: bool = False) -> nn.Module:
+    """The layer for a weight made of `parts`: with `round_x`, one Q8_0 or Q4_1 format throughout -> the fused
+    step's layer (which rounds activations so); anything else -> `GGUFLinear`."""
     kinds = {q for q, _ in parts}
-    if kinds in ({Q8_0}, {Q4_1}):
+    if round_x and kinds in ({Q8_0}, {Q4_1}):
         raw = torch.cat([r for _, r in parts]) if len(parts) > 1 else parts[0][1]
         return (FileQ8_0Linear if kinds == {Q8_0} else FileQ4_1Linear)(raw, in_features, bias)
-    return GGUFLinear(parts, in_features, bias)
+    return GGUFLinear(parts, in_features, bias, round_x)

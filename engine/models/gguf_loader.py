@@ -5,6 +5,7 @@ permutes only llama's; Qwen2 keeps the half-split order), tokenizer rebuilt."""
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from recipe.engine.model_info import ModelInfo
 from recipe.engine.models.chat_format import chat_format_of
 from recipe.engine.models.gguf_file import read_gguf_file
 from recipe.engine.models.gguf_tokenizer import tokenizer_json_from_gguf
+from recipe.engine.models.gguf_weights import FileBlocks, is_block_type
 from recipe.engine.models.llama import LlamaConfig, LlamaForCausalLM
 from recipe.engine.models.weights import CheckpointError
 
@@ -100,7 +102,15 @@ def unpermute_if_rope(w: torch.Tensor, hf: str, config: dict[str, Any]) -> torch
 
 def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
     """(metadata, transformers-style config dict, fp32 tensors under `transformers` names in HF layout)."""
+    meta, config, tensors, _ = read_gguf_with_blocks(path)
+    return meta, config, tensors
+
+
+def read_gguf_with_blocks(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor],
+                                                     dict[str, FileBlocks]]:
+    """`read_gguf` and, by `transformers` name, the block-quantised 2-D tensors as the file stores them."""
     meta, gguf_tensors = read_gguf_file(path)
+    blocks: dict[str, FileBlocks] = {}
     config = llama_config_from_gguf(meta, any(t.name == "output.weight" for t in gguf_tensors))
     tensors: dict[str, torch.Tensor] = {}
     for t in gguf_tensors:
@@ -111,7 +121,9 @@ def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[st
             raise CheckpointError(f"GGUF tensor {t.name!r} uses unsupported type {t.qtype.name}") from None
         w = torch.from_numpy(values if values.flags.writeable else values.copy())
         tensors[name] = unpermute_if_rope(w, name, config)
-    return meta, config, tensors
+        if is_block_type(t):
+            blocks[name] = FileBlocks(t, partial(unpermute_if_rope, hf=name, config=config))
+    return meta, config, tensors, blocks
 
 
 def load_gguf(
@@ -121,10 +133,11 @@ def load_gguf(
     ModelInfo."""
     from recipe.engine.models.registry import build_model, finish_model
 
-    meta, config, tensors = read_gguf(path)
+    meta, config, tensors, blocks = read_gguf_with_blocks(path)
     model = build_model(config["model_type"], config)
     assert isinstance(model, LlamaForCausalLM)
     model.load_weights(tensors)
+    model.gguf_blocks = blocks  # for weight_format "gguf" (gguf_weights.py)
     finish_model(model, dtype, device)
     c: LlamaConfig = model.config
     eos = meta.get("tokenizer.ggml.eos_token_id")

@@ -118,6 +118,7 @@ class LlamaForCausalLM(DecoderLM):
                          (LlamaDecoderLayer(c) for _ in range(c.num_layers)))
         self.decode_backend = "layers"
         self._fused: FusedLlamaDecoder | bool | None = False  # False: not built yet; None: does not apply
+        self.gguf_blocks: Any = None  # the file's block-quantised tensors, where loaded from a GGUF
 
     def _fused_decoder(self) -> FusedLlamaDecoder | None:
         """The fused step's descriptors, built on first use; None with `decode_backend="layers"` or where it does
@@ -149,7 +150,12 @@ class LlamaForCausalLM(DecoderLM):
         self._fused = False  # the descriptors point at the cache: rebuilt on the next fused step
 
     def quantize_weights(self, weight_format: str) -> int:
+        """"gguf" / "gguf_q8": the GGUF file's own blocks (`gguf_weights.py`); else the base class's formats."""
         self._fused = False
+        if weight_format in ("gguf", "gguf_q8"):
+            from recipe.engine.models.gguf_weights import use_file_blocks
+
+            return use_file_blocks(self, round_x=weight_format == "gguf_q8")
         return super().quantize_weights(weight_format)
 
     def make_rotary(self) -> RotaryEmbedding:

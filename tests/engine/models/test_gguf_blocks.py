@@ -1,5 +1,5 @@
 """GGUF block formats read exactly (against gguf-py's own `dequantize`) and multiplied natively on the blocks
-(against the fp32 product of the dequantised weight with the Q8_0-rounded activations)."""
+(against the fp64 product of the dequantised weight with the activations as given, or Q8_0-rounded)."""
 
 from __future__ import annotations
 
@@ -51,19 +51,21 @@ def test_dequantize_reads_random_bytes_as_gguf_py_does() -> None:
 @needs_native
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("m", [1, 3, 8, 70])
-def test_native_product_on_the_blocks_matches_the_dequantised_product(qtype: T, m: int) -> None:
+@pytest.mark.parametrize("round_x", [False, True], ids=["fp32-x", "q8_0-x"])
+def test_native_product_on_the_blocks_matches_the_dequantised_product(qtype: T, m: int, round_x: bool) -> None:
     n, k = 37, 512  # 37: a last group of one row
-    layer = GGUFLinear([(int(qtype), _raw(qtype, n, k, 2))], k)
+    layer = GGUFLinear([(int(qtype), _raw(qtype, n, k, 2))], k, round_x=round_x)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
-    ref = F.linear(round_activations(x).double(), layer.dequantized().double()).float()
+    ref = F.linear((round_activations(x) if round_x else x).double(), layer.dequantized().double()).float()
     got = layer(x)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
 
 
 @needs_native
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
-def test_a_row_gets_the_same_bits_whatever_the_batch(qtype: T) -> None:
-    layer = GGUFLinear([(int(qtype), _raw(qtype, 21, 256, 3))], 256)
+@pytest.mark.parametrize("round_x", [False, True], ids=["fp32-x", "q8_0-x"])
+def test_a_row_gets_the_same_bits_whatever_the_batch(qtype: T, round_x: bool) -> None:
+    layer = GGUFLinear([(int(qtype), _raw(qtype, 21, 256, 3))], 256, round_x=round_x)
     x = torch.randn(130, 256, generator=torch.Generator().manual_seed(7))
     whole = layer(x)
     for i in (0, 5, 64, 129):
@@ -76,17 +78,20 @@ def test_parts_of_different_formats_write_their_own_columns() -> None:
     parts = [(int(T.Q4_K), _raw(T.Q4_K, 16, 256, 4)), (int(T.Q4_K), _raw(T.Q4_K, 8, 256, 5)),
              (int(T.Q6_K), _raw(T.Q6_K, 8, 256, 6))]
     bias = torch.randn(32)
-    layer = GGUFLinear(parts, 256, bias)
     x = torch.randn(5, 256)
-    singles = [GGUFLinear([p], 256)(x) for p in parts]
-    assert torch.equal(layer(x), torch.cat(singles, dim=1) + bias)
+    for round_x in (False, True):
+        layer = GGUFLinear(parts, 256, bias, round_x)
+        singles = [GGUFLinear([p], 256, round_x=round_x)(x) for p in parts]
+        assert torch.equal(layer(x), torch.cat(singles, dim=1) + bias)
 
 
 @pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_1], ids=lambda t: t.name)
 def test_q8_0_and_q4_1_files_become_the_block_layers_with_the_files_values(qtype: T) -> None:
+    """With rounded activations (the fused step's arithmetic); with fp32 activations they stay GGUFLinear."""
     raw = _raw(qtype, 12, 256, 8)
-    layer = file_linear([(int(qtype), raw[:4]), (int(qtype), raw[4:])], 256)
+    layer = file_linear([(int(qtype), raw[:4]), (int(qtype), raw[4:])], 256, round_x=True)
     assert isinstance(layer, Q8_0Linear if qtype == T.Q8_0 else Q4_1Linear)
     assert torch.equal(layer.dequantized(), dequantize(raw, int(qtype), 256))
     x = torch.randn(3, 256)
-    torch.testing.assert_close(layer(x), GGUFLinear([(int(qtype), raw)], 256)(x), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(layer(x), GGUFLinear([(int(qtype), raw)], 256, round_x=True)(x), rtol=1e-5, atol=1e-6)
+    assert isinstance(file_linear([(int(qtype), raw)], 256), GGUFLinear)

@@ -1,0 +1,73 @@
+"""`weight_format = "gguf"` / "gguf_q8": a GGUF-loaded Llama/Qwen2 model computes with the file's own blocks, with
+fp32 activations ("gguf") or activations rounded to Q8_0 blocks as llama.cpp rounds them ("gguf_q8").
+
+`load_gguf` keeps, beside the dequantised fp32 weights, a reference to each block-quantised 2-D tensor of the file
+(`FileBlocks`, memory-mapped, not copied); `use_file_blocks` swaps every linear whose weights are all such
+tensors (q/k/v and gate/up fused as the model fuses them) for a layer over those blocks
+(`engine/layers/gguf_linear.py`), and gives the LM head the head tensor's blocks. A weight the file stores in
+F32/F16/BF16 keeps its fp32 layer: that is the file's own precision too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from recipe.engine.layers.gguf_blocks import SIZES, row_bytes
+from recipe.engine.layers.gguf_linear import Part, file_linear
+from recipe.engine.models.gguf_file import GGUFTensor
+from recipe.engine.models.weights import CheckpointError
+from torch import nn
+
+if TYPE_CHECKING:
+    from recipe.engine.models.llama import LlamaForCausalLM
+
+
+@dataclass(frozen=True)
+class FileBlocks:
+    """One block-quantised tensor of the file, rows in HF order once `reorder` (a row permutation) is applied."""
+
+    tensor: GGUFTensor
+    reorder: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    def part(self) -> Part:
+        n, k = self.tensor.shape
+        qtype = int(self.tensor.qtype)
+        raw = torch.from_numpy(np.array(self.tensor.data, dtype=np.uint8).reshape(n, row_bytes(qtype, k)))
+        return qtype, (raw if self.reorder is None else self.reorder(raw).contiguous())
+
+
+def is_block_type(t: GGUFTensor) -> bool:
+    return len(t.shape) == 2 and int(t.qtype) in SIZES
+
+
+def use_file_blocks(model: LlamaForCausalLM, round_x: bool = False) -> int:
+    """Swap the model's linears (and LM head) for layers over the file's blocks; the count swapped."""
+    blocks: dict[str, FileBlocks] | None = getattr(model, "gguf_blocks", None)
+    if blocks is None:
+        raise CheckpointError("weight_format 'gguf' needs a model loaded from a GGUF file")
+
+    def swap(owner: nn.Module, attr: str, names: list[str]) -> int:
+        old = getattr(owner, attr)
+        if not all(n in blocks for n in names):
+            return 0
+        setattr(owner, attr, file_linear([blocks[n].part() for n in names], old.in_features, old.bias, round_x))
+        return 1
+
+    count = 0
+    for i, layer in enumerate(model.decoder_layers()):
+        p = f"model.layers.{i}."
+        a, m = layer.self_attn, layer.mlp
+        count += swap(a, "qkv", [p + f"self_attn.{x}_proj.weight" for x in "qkv"])
+        count += swap(a, "o_proj", [p + "self_attn.o_proj.weight"])
+        count += swap(m, "gate_up", [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
+        count += swap(m, "down", [p + "mlp.down_proj.weight"])
+    head = "model.embed_tokens.weight" if model.lm_head is None else "lm_head.weight"
+    if head in blocks:
+        model.logits_head = file_linear([blocks[head].part()], model.config.hidden_size, None, round_x)
+        count += 1
+    model._fused = False  # the fused step's descriptors are rebuilt over the new layers
+    return count
