@@ -57,5 +57,8 @@ float dot_f32(const float *a, const float *b, int64_t n);
  * fp32 as given (gguf_kernels.c). */
 void gguf_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int64_t qtype, int64_t N, float *y,
                  int64_t ys, int64_t round_x);
+/* Outputs n .. n + 3 (fewer at the end of N) of M rows of fp32 x against GGUF rows, to out[m * os + r]. */
+void gguf_group_rows(int64_t n, int64_t M, int64_t K, int64_t N, const uint8_t *w, int64_t qtype, const float *x,
+                     float *out, int64_t os);
 
 #endif

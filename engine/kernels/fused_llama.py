@@ -19,7 +19,9 @@ for bit (tests/engine/models/test_fused_decode.py states the tolerances). Each r
 row's result does not depend on the rest of the batch.
 
 `FusedLlamaDecoder.build(model)` is None where the fused step does not apply: no native library, weights,
-norms or KV cache not fp32, a linear in another format (int8/int4 on torch's kernels), or a layout it does not
+norms or KV cache not fp32, a linear in another format (int8/int4 on torch's kernels; a GGUF linear with rounded
+activations or rows in several block formats: the fused step reads a GGUF file's blocks of one format with fp32
+activations, as `GGUFLinear` computes them, same values), or a layout it does not
 read (non-contiguous tensors, odd head_dim). The caller then keeps the layered path.
 """
 
@@ -32,6 +34,7 @@ import torch
 from recipe.engine.context import AttentionContext
 from recipe.engine.kernels.native import library
 from recipe.engine.layers.block_quant_linear import Q4_1Linear, Q8_0Linear
+from recipe.engine.layers.gguf_linear import GGUFLinear
 from torch import nn
 
 _I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
@@ -40,7 +43,8 @@ MAX_SHARED_ROWS = 64  # steps with several tokens of a sequence (verify steps, s
 
 
 class _Linear(ctypes.Structure):
-    _fields_ = [("fmt", _I64), ("n", _I64), ("k", _I64), ("w", _PTR), ("d", _PTR), ("m", _PTR), ("bias", _PTR)]
+    _fields_ = [("fmt", _I64), ("n", _I64), ("k", _I64), ("w", _PTR), ("d", _PTR), ("m", _PTR), ("bias", _PTR),
+                ("qtype", _I64)]
 
 
 class _Layer(ctypes.Structure):
@@ -70,6 +74,9 @@ def _linear(module: nn.Module) -> _Linear | None:
     if isinstance(module, Q4_1Linear):
         return _Linear(2, module.out_features, module.in_features, module.packed.data_ptr(), module.d.data_ptr(),
                        module.m.data_ptr(), b)
+    if isinstance(module, GGUFLinear) and not module.round_x and len(module.qtypes) == 1:
+        return _Linear(3, module.out_features, module.in_features, module.raw0.data_ptr(), None, None, b,
+                       module.qtypes[0])
     if isinstance(module, nn.Linear) and _fp32(module.weight):  # FewRowsLinear too (same weight)
         return _Linear(0, module.out_features, module.in_features, module.weight.data_ptr(), None, None, b)
     return None

@@ -33,6 +33,9 @@ typedef struct {
 
 static inline float f16(const uint8_t *p) {
     const uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
+#ifdef __F16C__
+    return _cvtsh_ss(h);  /* exact, as the bit manipulation below */
+#endif
     const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
     uint32_t bits;
     if (exp == 0) {
@@ -102,7 +105,13 @@ static void unpack_unit(int64_t qtype, const uint8_t *b, unit_t *u) {
     }
     case T_Q4_1: {
         const float d = f16(b), m = f16(b + 2);
+#ifdef __AVX2__
+        const __m128i v = _mm_loadu_si128((const __m128i *)(b + 4)), m4 = _mm_set1_epi8(0x0F);
+        _mm_storeu_si128((__m128i *)u->q, _mm_and_si128(v, m4));
+        _mm_storeu_si128((__m128i *)(u->q + 16), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+#else
         for (int j = 0; j < 16; j++) { u->q[j] = (int8_t)(b[4 + j] & 0xF); u->q[j + 16] = (int8_t)(b[4 + j] >> 4); }
+#endif
         u->s[0] = u->s[1] = d;
         u->mn[0] = -m;
         break;
@@ -255,15 +264,29 @@ static void gguf_group(int64_t n, int nr, int64_t m0, int64_t m1, int64_t K, con
         }
 }
 
-/* fp32 activations: each unit of 4 weight rows is dequantised into L1 (w = s * q - mn, the values gguf-py's
- * dequantiser gives) and dotted with x as it is, so y is x times exactly the file's dequantised weights (summation
- * order aside): 8 fp32 lanes per output accumulated over the row in order, then `hsum`. */
+/* fp32 activations: each unit of 4 weight rows is dequantised once into registers/L1 (w = s * q - mn, the values
+ * gguf-py's dequantiser gives) and used by up to MCHUNK rows of x as it is, so y is x times exactly the file's
+ * dequantised weights: 8 fp32 lanes per output accumulated over the row in order, then `hsum`: the same
+ * operations whatever M is. */
+#ifdef __AVX2__
+static inline __m256 cvt8(const int8_t *q) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
+}
+#endif
+
 static void gguf_group_f32(int64_t n, int nr, int64_t m0, int64_t m1, int64_t K, const uint8_t *w, int64_t qtype,
-                           const float *x, float *y, int64_t ys) {
+                           const float *x, float *y, int64_t ys, int64_t col) {
     const int64_t uw = unit_weights(qtype), ub = unit_bytes(qtype), units = K / uw, row = units * ub;
-    const int64_t rows = m1 - m0;
-    unit_t un;
-    float wf[4][QK_K];
+    const int64_t rows = m1 - m0, bpu = uw / QK;
+    const int has_min = qtype == T_Q4_1 || qtype == T_Q4_K || qtype == T_Q5_K;
+    (void)has_min;  /* the scalar path's */
+    /* The rows of the group two ahead are asked for now, as `quant_group` does (a prefetch past the end of the
+     * weights never faults); once per group: a batch's later chunks find them cached. */
+    if (m0 == 0) {
+        const char *ahead = (const char *)(w + (n + 8) * row);
+        for (int64_t off = 0; off < 4 * row; off += 64) __builtin_prefetch(ahead + off, 0, 0);
+    }
+    unit_t un[4];
 #ifdef __AVX2__
     __m256 acc[MCHUNK][4];
     for (int64_t m = 0; m < rows; m++)
@@ -271,21 +294,42 @@ static void gguf_group_f32(int64_t n, int nr, int64_t m0, int64_t m1, int64_t K,
 #else
     float acc[MCHUNK][4] = {{0}};
 #endif
+#ifdef __AVX2__
+    __m256 wq[4][QK_K / 8];  /* the unit's dequantised weights s * q - mn (gguf-py's values), for all rows of x */
+#endif
     for (int64_t t = 0; t < units; t++) {
         for (int r = 0; r < nr; r++) {
-            unpack_unit(qtype, w + (n + r) * row + t * ub, &un);
-            for (int64_t i = 0; i < uw; i++) wf[r][i] = un.s[i / 16] * (float)un.q[i] - un.mn[i / 32];
+            unpack_unit(qtype, w + (n + r) * row + t * ub, &un[r]);
+#ifdef __AVX2__
+            for (int64_t i = 0; i < uw / 8; i++)
+                wq[r][i] = _mm256_sub_ps(_mm256_mul_ps(cvt8(un[r].q + 8 * i), _mm256_set1_ps(un[r].s[i / 2])),
+                                         _mm256_set1_ps(un[r].mn[i / 4]));
+#endif
         }
         for (int64_t m = 0; m < rows; m++) {
             const float *xm = x + (m0 + m) * K + t * uw;
-            for (int r = 0; r < nr; r++) {
+            for (int64_t j = 0; j < bpu; j++) {
+                const float *xb = xm + j * QK;
 #ifdef __AVX2__
-                __m256 a = acc[m][r];
-                for (int64_t i = 0; i < uw; i += 8)
-                    a = _mm256_fmadd_ps(_mm256_loadu_ps(wf[r] + i), _mm256_loadu_ps(xm + i), a);
-                acc[m][r] = a;
+                const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
+                const __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+                for (int r = 0; r < nr; r++) {
+                    const __m256 *q = wq[r] + 4 * j;
+                    __m256 a = _mm256_fmadd_ps(q[0], x0, acc[m][r]);
+                    a = _mm256_fmadd_ps(q[1], x1, a);
+                    a = _mm256_fmadd_ps(q[2], x2, a);
+                    acc[m][r] = _mm256_fmadd_ps(q[3], x3, a);
+                }
 #else
-                for (int64_t i = 0; i < uw; i++) acc[m][r] += wf[r][i] * xm[i];
+                float xsum = 0.0f;
+                for (int l = 0; l < QK; l++) xsum += xb[l];
+                for (int r = 0; r < nr; r++) {
+                    const int8_t *q = un[r].q + j * QK;
+                    float lo = 0.0f, hi = 0.0f;
+                    for (int l = 0; l < 16; l++) lo += (float)q[l] * xb[l];
+                    for (int l = 16; l < 32; l++) hi += (float)q[l] * xb[l];
+                    acc[m][r] += lo * un[r].s[2 * j] + hi * un[r].s[2 * j + 1] - (has_min ? xsum * un[r].mn[j] : 0.0f);
+                }
 #endif
             }
         }
@@ -293,11 +337,20 @@ static void gguf_group_f32(int64_t n, int nr, int64_t m0, int64_t m1, int64_t K,
     for (int64_t m = 0; m < rows; m++)
         for (int r = 0; r < nr; r++) {
 #ifdef __AVX2__
-            y[(m0 + m) * ys + n + r] = hsum(acc[m][r]);
+            y[(m0 + m) * ys + col + r] = hsum(acc[m][r]);
 #else
-            y[(m0 + m) * ys + n + r] = acc[m][r];
+            y[(m0 + m) * ys + col + r] = acc[m][r];
 #endif
         }
+}
+
+/* The fused decoder's group (llama_decode.c): outputs n .. n + 3 (fewer at the end of N) of all M rows with fp32
+ * activations, written to out[m * os + r]; the values `gguf_matmul` gives without `round_x`. */
+void gguf_group_rows(int64_t n, int64_t M, int64_t K, int64_t N, const uint8_t *w, int64_t qtype, const float *x,
+                     float *out, int64_t os) {
+    const int nr = (int)(N - n < 4 ? N - n : 4);
+    for (int64_t m0 = 0; m0 < M; m0 += MCHUNK)
+        gguf_group_f32(n, nr, m0, m0 + MCHUNK < M ? m0 + MCHUNK : M, K, w, qtype, x, out, os, 0);
 }
 
 void gguf_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int64_t qtype, int64_t N, float *y,
@@ -310,7 +363,7 @@ void gguf_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int64_t
             for (int64_t g = 0; g < groups; g++) {
                 const int64_t m0 = c * MCHUNK, m1 = m0 + MCHUNK < M ? m0 + MCHUNK : M;
                 const int nr = (int)(N - 4 * g < 4 ? N - 4 * g : 4);
-                gguf_group_f32(4 * g, nr, m0, m1, K, w, qtype, x, y, ys);
+                gguf_group_f32(4 * g, nr, m0, m1, K, w, qtype, x, y, ys, 4 * g);
             }
         return;
     }

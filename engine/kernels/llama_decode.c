@@ -33,7 +33,7 @@
 
 #include "cpu_kernels.h"
 
-enum { FMT_F32 = 0, FMT_Q8_0 = 1, FMT_Q4_1 = 2 };
+enum { FMT_F32 = 0, FMT_Q8_0 = 1, FMT_Q4_1 = 2, FMT_GGUF = 3 };
 
 typedef struct {
     int64_t fmt, n, k;  /* y[M, n] = x[M, k] @ W^T */
@@ -41,6 +41,7 @@ typedef struct {
     const float *d;     /* q formats: scale per block of 32 [n, k / 32] */
     const float *m;     /* q4_1: minimum per block [n, k / 32] */
     const float *bias;  /* [n] or NULL */
+    int64_t qtype;      /* FMT_GGUF: the ggml type of the file's blocks at w (fp32 activations, gguf_kernels.c) */
 } RLinear;
 
 typedef struct {
@@ -195,7 +196,7 @@ typedef struct {
 /* Rounds x [M, K] to Q8_0 blocks into this thread's scratch, where L's format needs it (no barrier: every thread
  * rounds the same rows the same way). */
 static void prepare(const RLinear *L, const float *x, int64_t M, const Scratch *S) {
-    if (L->fmt != FMT_F32) quantize_rows(x, M, L->k, S->xq, S->dx, S->xs);
+    if (L->fmt == FMT_Q8_0 || L->fmt == FMT_Q4_1) quantize_rows(x, M, L->k, S->xq, S->dx, S->xs);
 }
 
 /* y = (res +) x @ W^T (+ bias) for M rows, the groups of 4 outputs work-shared by the threads of the enclosing
@@ -214,6 +215,7 @@ static void linear(const RLinear *L, const float *x, int64_t M, float *y, const 
         float *out = direct ? y + n : S->group;
         const int64_t os = direct ? N : 4;
         if (L->fmt == FMT_F32) f32_group(n, M, K, N, (const float *)L->w, x, out, os);
+        else if (L->fmt == FMT_GGUF) gguf_group_rows(n, M, K, N, (const uint8_t *)L->w, L->qtype, x, out, os);
         else if (L->fmt == FMT_Q8_0)
             quant_group(n, M, K, N, (const int8_t *)L->w, NULL, L->d, NULL, S->xq, S->dx, S->xs, out, os);
         else quant_group(n, M, K, N, NULL, (const uint8_t *)L->w, L->d, L->m, S->xq, S->dx, S->xs, out, os);

@@ -34,6 +34,8 @@ class GGUFLinear(nn.Module):
         super().__init__()
         self.in_features = in_features
         self.round_x = round_x
+        if len(parts) > 1 and len({q for q, _ in parts}) == 1:  # one format: one part (the fused step reads it)
+            parts = [(parts[0][0], torch.cat([r for _, r in parts]))]
         self.qtypes: list[int] = []
         self.rows: list[int] = []
         for i, (qtype, raw) in enumerate(parts):

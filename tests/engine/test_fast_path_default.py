@@ -76,3 +76,22 @@ def test_the_default_serves_the_files_blocks_and_a_row_never_depends_on_its_batc
     finally:
         llm.shutdown()
     assert together == alone
+
+
+@pytest.mark.parametrize("qtype_name", ["Q4_K", "Q8_0"])
+def test_the_fused_step_reads_one_format_files_and_emits_what_the_layered_step_emits(qtype_name, tmp_path) -> None:
+    from gguf import GGMLQuantizationType as T
+    from recipe.engine.kernels.fused_llama import FusedLlamaDecoder
+
+    path = write_qwen2_gguf(make_hf_qwen2(12, tied=False), tmp_path / "one.gguf", T[qtype_name])
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    outs = {}
+    for backend in ("fused", "layers"):
+        llm = LLM(str(path), decode_backend=backend, num_threads=1, kv_cache_bytes=8 << 20)
+        try:
+            outs[backend] = [list(o.new_token_ids) for o in llm.generate(PROMPTS, params)]
+            if backend == "fused":
+                assert isinstance(llm.engine.runner.model._fused, FusedLlamaDecoder)
+        finally:
+            llm.shutdown()
+    assert outs["fused"] == outs["layers"]
