@@ -177,8 +177,13 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="ngram: calibrate confidences by how far back the draft's occurrence matches (up to 32 "
                         "tokens; default on; off: by the matched n-gram alone; "
                         "EngineConfig.speculative_ngram_match_buckets)")
-    g.add_argument("--weight-format", default=None, choices=("dtype", "int8", "int4", "q8_0", "q4_1"),
-                   help="weights: dtype (default), int8/int4 (torch kernels), q8_0/q4_1 (native CPU kernels)")
+    g.add_argument("--weight-format", default=None, choices=("dtype", "int8", "int4", "q8_0", "q4_1", "gguf", "gguf_q8"),
+                   help="weights: a GGUF file's own blocks by default (gguf: fp32 activations; gguf_q8: activations "
+                        "rounded to Q8_0 as llama.cpp does), else dtype; int8/int4 (torch kernels), q8_0/q4_1 "
+                        "(re-quantised, native CPU kernels)")
+    g.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
+                   help="the reference path for parity tests: dequantised weights, per-sequence attention, torch "
+                        "RMSNorm, layered decode (EngineConfig.exact)")
     g.add_argument("--step-threads", default="auto", choices=("auto", "off"),
                    help="intra-op threads per step: auto (default; profiled at start-up, about a second: small "
                         "steps may run on fewer threads than --threads) or off (every step on --threads; "
@@ -230,6 +235,7 @@ ENGINE_OPTIONS = {
     "speculative_ngram_match_buckets": "speculative_ngram_match_buckets",
     "weight_format": "weight_format", "attention_backend": "attention_backend", "norm_backend": "norm_backend",
     "decode_backend": "decode_backend", "linear_backend": "linear_backend", "huge_pages": "huge_pages",
+    "exact": "exact",
     "expert_parallel_size": "expert_parallel_size",
 }
 
@@ -298,7 +304,15 @@ def banner(config: ServerConfig, backend: Backend, names: tuple[str, ...]) -> st
         f"  also /v1/models /tokenize /detokenize /health /metrics /version /docs; "
         f"auth {'on (' + str(len(config.api_keys)) + ' key(s))' if config.api_keys else 'off (no key)'}\n"
         f"  stream processing        {stream}"
+        + (f"\n  engine                   {path}" if (path := engine_compute_path(backend)) else "")
     )
+
+
+def engine_compute_path(backend: Backend) -> str | None:
+    """The embedded engine's `EngineConfig.compute_path` (which weights and kernels a step runs), if any."""
+    config = getattr(getattr(getattr(backend, "engine", None), "engine", None), "config", None)
+    path = getattr(config, "compute_path", None)
+    return path if isinstance(path, str) else None
 
 
 def run(args: argparse.Namespace) -> int:

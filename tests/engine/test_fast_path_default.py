@@ -95,3 +95,15 @@ def test_the_fused_step_reads_one_format_files_and_emits_what_the_layered_step_e
         finally:
             llm.shutdown()
     assert outs["fused"] == outs["layers"]
+
+
+def test_recipe_serve_names_the_path_at_start_up() -> None:
+    from types import SimpleNamespace
+
+    from recipe.server.cli_serve import build_parser, engine_compute_path, engine_config_from_args
+
+    backend = SimpleNamespace(engine=SimpleNamespace(engine=SimpleNamespace(config=EngineConfig(model="smollm2"))))
+    assert engine_compute_path(backend).startswith("fast path: the GGUF file's own quantised blocks")  # type: ignore[arg-type]
+    assert engine_compute_path(SimpleNamespace()) is None  # type: ignore[arg-type]
+    args = build_parser().parse_args(["serve", "--exact"])
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).weight_format == "dtype"
