@@ -100,7 +100,9 @@ def test_the_fused_step_reads_one_format_files_and_emits_what_the_layered_step_e
 def test_recipe_serve_names_the_path_at_start_up() -> None:
     from types import SimpleNamespace
 
-    from recipe.server.cli_serve import build_parser, engine_compute_path, engine_config_from_args
+    from recipe.server.cli_serve import engine_compute_path, engine_config_from_args
+
+    from recipe.cli import build_parser
 
     backend = SimpleNamespace(engine=SimpleNamespace(engine=SimpleNamespace(config=EngineConfig(model="smollm2"))))
     assert engine_compute_path(backend).startswith("fast path: the GGUF file's own quantised blocks")  # type: ignore[arg-type]
