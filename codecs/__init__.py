@@ -1,1 +1,1 @@
-"""Prompt formats, one module per model family (DeepSeek V4, DeepSeek V4.1, ChatML)."""
+"""Prompt formats, one module per model family (DeepSeek V4, DeepSeek V4.1, DeepSeek-R1 and its distills, ChatML)."""
