@@ -94,18 +94,21 @@ def default_max_tokens(request: ConversationRequest) -> int:
     return 131072 if conv.reasoning_effort == "max" else 65536
 
 
-def resolve_max_tokens(request: ConversationRequest, prompt_tokens: int, context_limit: int) -> int:
+def resolve_max_tokens(
+    request: ConversationRequest, prompt_tokens: int, context_limit: int, *, clamp_to_context: bool = False
+) -> int:
     """The max_tokens to send to the backend for a prompt of `prompt_tokens` tokens.
 
     A requested value is kept, an unset one defaults (`default_max_tokens`); the result is lowered
     to the context left and raised to at least 1. Raises `RequestError` (400) when the prompt plus the
-    requested completion (or, unrequested, the prompt alone) exceeds `context_limit`.
+    requested completion (or, unrequested, the prompt alone) exceeds `context_limit`; with
+    `clamp_to_context` only a prompt that leaves no room is rejected, and a larger request is lowered to
+    the room left (clients such as Claude Code ask for their own model's output limit, 32,000 tokens).
     """
     requested = request.inference_options.max_tokens
     asked = requested or 0
-    if (requested is not None and prompt_tokens + requested > context_limit) or (
-        requested is None and prompt_tokens > context_limit
-    ):
+    too_long = prompt_tokens >= context_limit if clamp_to_context else prompt_tokens > context_limit
+    if (requested is not None and prompt_tokens + requested > context_limit and not clamp_to_context) or too_long:
         raise conversion_error(
             f"This model's maximum context length is {context_limit} tokens. However, you requested "
             f"{prompt_tokens + asked} tokens ({prompt_tokens} in the messages, {asked} in the completion). "

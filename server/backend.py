@@ -7,6 +7,8 @@ answers instantly without a model, so that a benchmark can measure what the HTTP
 from __future__ import annotations
 
 import asyncio
+import functools
+import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -189,15 +191,21 @@ class EchoBackend:
             self._aborted.discard(request_id)
 
     def _reply(self, prompt_ids: Sequence[int]) -> list[int]:
-        """The "reply" answer: `</think>` if the prompt opened thinking, the last user turn's plain tokens, EOS."""
-        added = self.model.tokenizer.added_ids
-        special = self.model.tokenizer.special_ids
+        """The "reply" answer: `</think>` if the prompt opened thinking, then the last user turn's text as the
+        model would write it (a markup spelling in it, such as a DSML tool call, as its special token: so a
+        client's tool loop can be driven by what its user types), then the end of sequence."""
+        tok = self.model.tokenizer
+        added, special = tok.added_ids, tok.special_ids
         user, think, think_end = (added.get(s) for s in ("<｜User｜>", "<think>", "</think>"))
         ids = list(prompt_ids)
         start = max((i for i, t in enumerate(ids) if t == user), default=-1) + 1
         turn = [t for t in ids[start:] if t not in special] or [t for t in ids if t not in special][-16:] or [0]
         opened = [think_end] if ids and think is not None and ids[-1] == think and think_end is not None else []
-        return opened + turn + list(self.model.eos_token_ids[:1])
+        markup = _markup_pattern(tuple(added))
+        spoken = [] if markup is None else [
+            i for part in markup.split(tok.decode(turn)) if part
+            for i in ([added[part]] if part in added else tok.encode_plain(part))]
+        return opened + (spoken or turn) + list(self.model.eos_token_ids[:1])
 
     async def abort(self, request_id: str) -> None:
         if request_id in self._running:
@@ -212,6 +220,13 @@ class EchoBackend:
     async def shutdown(self) -> None:
         for rid in list(self._running):
             await self.abort(rid)
+
+
+@functools.lru_cache(maxsize=4)
+def _markup_pattern(spellings: tuple[str, ...]) -> re.Pattern[str] | None:
+    """Splits text around the tokenizer's markup spellings (`｜DSML｜`, `</think>`), keeping them."""
+    marks = sorted((s for s in spellings if s in ("｜DSML｜", "</think>", "<think>")), key=len, reverse=True)
+    return re.compile("(" + "|".join(map(re.escape, marks)) + ")") if marks else None
 
 
 def echo_model_card(name: str = "echo", context_length: int = 131072) -> ModelCard:

@@ -228,7 +228,8 @@ class Pipeline:
     def resolve_max_tokens(self, request: Any, prompt_tokens: int) -> int:
         """The codec's limit for the prompt, lowered to the server's `max_output_tokens`."""
         try:
-            limit = int(self.parts.codec.resolve_max_tokens(request, prompt_tokens, self.backend.model.context_length))
+            limit = int(self.parts.codec.resolve_max_tokens(request, prompt_tokens, self.backend.model.context_length,
+                                                            clamp_to_context=not self.strict_reference))
         except self.parts.errors.RequestError as exc:
             raise ApiError(exc.status, exc.message, code="context_length_exceeded") from None
         return limit if self.max_output_tokens is None else min(limit, self.max_output_tokens)

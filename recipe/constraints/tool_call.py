@@ -32,7 +32,8 @@ from recipe.tokenizer import Tokenizer
 ToolFormat = Literal["dsml_v4", "dsml_v41", "chatml"]
 DSML = "｜DSML｜"
 THINK_END = "</think>"
-_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+# Namespaced tools (Responses `namespace`) are named `ns::name` by the codec, as the reference names them.
+_NAME_RE = re.compile(r"^[a-zA-Z0-9_.:-]{1,257}$")
 _STRING_ONLY_ANNOTATIONS = {"type", "title", "description", "default", "examples", "$comment"}
 
 

@@ -12,6 +12,7 @@ A body that no rule touches converts exactly as the reference converts it, in ei
 | Messages | `tool_choice: {"type": "any"}` | read as `auto` | a tool call is required (thinking off) |
 | Messages | `redacted_thinking` content blocks | 400 unknown variant | dropped: their data is another provider's encrypted reasoning |
 | Messages | `output_config.format` (and the older `output_format`) of type `json_schema` | ignored | the output is constrained to the schema |
+| all | a completion limit larger than the context left (`recipe.codec.resolve_max_tokens`, as `recipe serve` calls it) | 400 | lowered to the room left; a prompt that leaves no room is still a 400 |
 """
 
 from __future__ import annotations

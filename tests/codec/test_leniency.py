@@ -213,3 +213,25 @@ def test_strict_reference_keeps_the_reference_error() -> None:
         convert("chat", body, ConversionOptions(strict_reference=True))
     req = convert("chat", body)
     assert not req.conversation.thinking_mode and req.conversation.tool_choice == "required"
+
+
+@settings(max_examples=200, deadline=None)
+@given(prompt=st.integers(1, 400), limit=st.integers(1, 400), asked=st.one_of(st.none(), st.integers(1, 1000)))
+def test_a_completion_limit_past_the_context_is_lowered_to_the_room_left(prompt: int, limit: int,
+                                                                        asked: int | None) -> None:
+    from recipe.codec import default_max_tokens, resolve_max_tokens
+
+    body: dict[str, Any] = {"model": "DeepSeek-V4-Pro", "messages": [{"role": "user", "content": "hi"}]}
+    if asked is not None:
+        body["max_tokens"] = asked
+    req = convert("chat", body)
+    if prompt >= limit:
+        with pytest.raises(RequestError) as info:
+            resolve_max_tokens(req, prompt, limit, clamp_to_context=True)
+        assert info.value.status == 400
+        return
+    wanted = asked if asked is not None else default_max_tokens(req)
+    assert resolve_max_tokens(req, prompt, limit, clamp_to_context=True) == min(wanted, limit - prompt)
+    if asked is not None and prompt + asked > limit:  # the reference's rule rejects it
+        with pytest.raises(RequestError):
+            resolve_max_tokens(req, prompt, limit)
