@@ -32,3 +32,15 @@ if [ "${RECIPE_SKIP_BROWSER:-0}" != "1" ] && command -v apt-get >/dev/null 2>&1 
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk >/dev/null) \
     || echo "setup: chromium or fonts-noto-cjk not installed; browser tests will fail or show boxes" >&2
 fi
+# Real agent clients for tests/clients, pinned: npm's Claude Code and Codex CLI into .clients/ where node exists,
+# and the Python client libraries into their own environment, .venv-clients (instructor pins an older jiter than
+# openai 3.x needs, so it goes in without its dependencies). Tests whose client is missing skip and say so.
+if command -v npm >/dev/null 2>&1; then
+  npm install --no-audit --no-fund --silent --prefix .clients $(grep -v '^#' tests/clients/npm-clients.txt) >/dev/null \
+    || echo "setup: npm clients not installed; tests/clients will skip Claude Code and Codex" >&2
+else
+  echo "setup: no npm; tests/clients will skip Claude Code and Codex" >&2
+fi
+[ -x .venv-clients/bin/python ] || "$PY" -m venv .venv-clients
+.venv-clients/bin/pip install -q -r tests/clients/requirements.txt
+.venv-clients/bin/pip install -q --no-deps "instructor==1.17.0"
