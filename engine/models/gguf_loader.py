@@ -114,6 +114,11 @@ def read_gguf_with_blocks(path: str | Path) -> tuple[dict[str, Any], dict[str, A
     config = llama_config_from_gguf(meta, any(t.name == "output.weight" for t in gguf_tensors))
     tensors: dict[str, torch.Tensor] = {}
     for t in gguf_tensors:
+        if t.name == "rope_freqs.weight":  # llama3-style RoPE (R1-Distill-Llama): per-frequency wavelength factors
+            factors = np.asarray(dequantize(t.data, t.qtype), dtype=np.float32).reshape(-1)
+            config["rope_parameters"] = {"rope_type": "default", "rope_theta": config["rope_theta"],
+                                         "freq_factors": [float(f) for f in factors]}
+            continue
         name = hf_name(t.name)
         try:
             values = np.asarray(dequantize(t.data, t.qtype), dtype=np.float32).reshape(t.shape)

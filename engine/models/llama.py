@@ -159,8 +159,17 @@ class LlamaForCausalLM(DecoderLM):
         return super().quantize_weights(weight_format)
 
     def make_rotary(self) -> RotaryEmbedding:
+        """`rope_parameters["freq_factors"]` (a GGUF's `rope_freqs.weight`, as llama.cpp writes llama3 scaling)
+        divides each default inverse frequency, as llama.cpp does."""
         c = self.config
-        inv_freq, scale = rope_inv_freq(c.rope_parameters, c.head_dim, c.max_positions)
+        params = {k: v for k, v in c.rope_parameters.items() if k != "freq_factors"}
+        inv_freq, scale = rope_inv_freq(params, c.head_dim, c.max_positions)
+        if "freq_factors" in c.rope_parameters:
+            factors = torch.tensor(c.rope_parameters["freq_factors"], dtype=torch.float32)
+            if factors.shape != inv_freq.shape:
+                raise CheckpointError(f"rope_freqs has {factors.numel()} factors, head_dim {c.head_dim} needs "
+                                      f"{inv_freq.numel()}")
+            inv_freq = inv_freq / factors
         return RotaryEmbedding(inv_freq, scale, interleaved=False)
 
     def decoder_layers(self) -> list[LlamaDecoderLayer]:

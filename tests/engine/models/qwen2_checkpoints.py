@@ -84,16 +84,54 @@ def gguf_name(hf: str) -> str:
     return f"blk.{parts[2]}.{_GGUF_NAMES['.'.join(parts[3:])]}"
 
 
+def make_hf_llama3(seed: int) -> Any:
+    """A tiny Llama with llama3 RoPE scaling, as DeepSeek-R1-Distill-Llama-8B has."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        bos_token_id=BOS, eos_token_id=EOS,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+    )
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.1)
+    return model.eval()
+
+
+def _permute_rope_rows(w: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's converter's Q/K row order for llama (the inverse of the loader's `unpermute_rope_rows`)."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _llama3_freq_factors(model: Any) -> np.ndarray:
+    """rope_freqs.weight as llama.cpp's converter writes it: default inverse frequency / llama3's, per frequency."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    c = model.config
+    scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](c, "cpu")
+    base = float(c.rope_parameters["rope_theta"])
+    dim = c.hidden_size // c.num_attention_heads
+    default = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    return (default / scaled).numpy().astype(np.float32)
+
+
 def write_qwen2_gguf(model: Any, path: Path, qtypes: dict[str, Any] | Any = None, *,
                      chat_template: str = R1_TEMPLATE, pre: str = "deepseek-r1-qwen") -> Path:
-    """Write `model`'s weights as a qwen2 GGUF. `qtypes`: one GGMLQuantizationType for every 2-D weight, or a
+    """Write `model`'s weights as a qwen2 GGUF (a `transformers` Llama as a llama GGUF: Q/K rows permuted as
+    llama.cpp does, llama3 RoPE as `rope_freqs.weight`). `qtypes`: one GGMLQuantizationType for every 2-D weight, or a
     {gguf-name suffix: type} map (e.g. {"attn_v.weight": Q6_K}) with "*" the default; None keeps F32.
     1-D tensors (norms, biases) stay F32, as llama.cpp writes them."""
     import gguf
     from kquant_encode import encode
 
     c = model.config
-    arch = "qwen2"
+    arch = "llama" if c.model_type == "llama" else "qwen2"
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(c.num_hidden_layers)
     w.add_context_length(c.max_position_embeddings)
@@ -113,11 +151,17 @@ def write_qwen2_gguf(model: Any, path: Path, qtypes: dict[str, Any] | Any = None
     w.add_bos_token_id(BOS)
     w.add_eos_token_id(EOS)
     w.add_chat_template(chat_template)
+    if arch == "llama" and c.rope_parameters.get("rope_type") == "llama3":
+        w.add_tensor("rope_freqs.weight", _llama3_freq_factors(model))
     for hf, t in model.state_dict().items():
         name = gguf_name(hf)
         if hf == "lm_head.weight" and c.tie_word_embeddings:
             continue
         arr = t.detach().float().numpy()
+        if arch == "llama" and ".q_proj." in hf:
+            arr = _permute_rope_rows(arr, c.num_attention_heads)
+        elif arch == "llama" and ".k_proj." in hf:
+            arr = _permute_rope_rows(arr, c.num_key_value_heads)
         qtype = None
         if arr.ndim == 2 and qtypes is not None:
             if isinstance(qtypes, dict):
