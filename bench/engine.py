@@ -429,7 +429,8 @@ def main() -> int:
     p.add_argument("--only", default="batch1,overhead,scaling,prefill,quality,mixed,prefix,async")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--formats", default="dtype,q8_0,q4_1",
-                   help="Recipe weight formats to measure (EngineConfig.weight_format; also int8, int4)")
+                   help="Recipe weight formats to measure (EngineConfig.weight_format; also int8, int4, and gguf / "
+                        "gguf_q8: the GGUF file's own blocks with fp32 / Q8_0-rounded activations)")
     p.add_argument("--attention-backend", default="native", help="EngineConfig.attention_backend of Recipe's runs")
     p.add_argument("--norm-backend", default="native", help="EngineConfig.norm_backend of Recipe's runs")
     p.add_argument("--step-threads", default="off", choices=("auto", "off"),
