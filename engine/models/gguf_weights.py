@@ -48,7 +48,8 @@ def use_file_blocks(model: LlamaForCausalLM, round_x: bool = False) -> int:
     """Swap the model's linears (and LM head) for layers over the file's blocks; the count swapped."""
     blocks: dict[str, FileBlocks] | None = getattr(model, "gguf_blocks", None)
     if blocks is None:
-        raise CheckpointError("weight_format 'gguf' needs a model loaded from a GGUF file")
+        raise CheckpointError("weight_format 'gguf' needs a model loaded from a GGUF file (once: the swap lets the "
+                              "file's mapping go)")
 
     def swap(owner: nn.Module, attr: str, names: list[str]) -> int:
         old = getattr(owner, attr)
@@ -70,4 +71,5 @@ def use_file_blocks(model: LlamaForCausalLM, round_x: bool = False) -> int:
         model.logits_head = file_linear([blocks[head].part()], model.config.hidden_size, None, round_x)
         count += 1
     model._fused = False  # the fused step's descriptors are rebuilt over the new layers
+    model.gguf_blocks = None  # the layers own copies: the file's mapping (resident pages and all) is let go
     return count
