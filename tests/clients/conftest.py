@@ -22,7 +22,7 @@ def echo_server() -> Iterator[RecipeServer]:
 
 @pytest.fixture(scope="session")
 def demo_server() -> Iterator[RecipeServer]:
-    """The embedded demo model (SmolLM2-135M-Instruct, ChatML); 200 output tokens at most a request, since
+    """The embedded demo model (SmolLM2-135M-Instruct, ChatML); 256 output tokens at most a request, since
     Claude Code asks for up to the context (at temperature 1, a 135M model may use it all)."""
-    yield from serving("--max-num-seqs", "4", "--max-output-tokens", "200")
+    yield from serving("--max-num-seqs", "4", "--max-output-tokens", "256")
 

@@ -29,11 +29,11 @@ def configure(home: Path, server: RecipeServer, model: str, *lines: str) -> None
         'env_key = "RECIPE_API_KEY"', ""]))
 
 
-def codex(home: Path, *args: str) -> list[dict[str, Any]]:
+def codex(home: Path, *args: str, ok: bool = True) -> list[dict[str, Any]]:
     env = {**os.environ, "CODEX_HOME": str(home), "RECIPE_API_KEY": "sk-clients"}
     done = subprocess.run([str(npm_client("codex")), "exec", "--skip-git-repo-check", "--json", *args],
                           capture_output=True, text=True, timeout=300, env=env, cwd=home, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0 or not ok, done.stdout[-3000:] + done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip().startswith("{")]
 
 
@@ -72,6 +72,12 @@ def test_codex_short_exchange_on_the_demo_model(demo_server: RecipeServer, tmp_p
     configure(tmp_path, demo_server, DEMO_MODEL, f'model_instructions_file = "{instructions}"',
               "include_permissions_instructions = false", "include_environment_context = false",
               "include_apps_instructions = false", 'web_search = "disabled"')
-    events = codex(tmp_path, "What is the capital of France?")
-    assert_completed(events)
-    assert items(events, "agent_message")[-1]["text"].strip()
+    """Codex sends no temperature, so the 135M model samples and at times writes on past the server's
+    --max-output-tokens: Codex then reports the incomplete response. Held to what the server owes: the
+    model's streamed text reaches Codex, and the turn completes or ends with exactly that report."""
+    events = codex(tmp_path, "What is the capital of France?", ok=False)
+    assert items(events, "agent_message")[-1]["text"].strip(), events
+    turns = [e for e in events if e["type"].startswith("turn.")]
+    assert turns[0]["type"] == "turn.started" and len(turns) == 2, events
+    if turns[1]["type"] == "turn.failed":
+        assert turns[1]["error"]["message"] == "Incomplete response returned, reason: max_output_tokens", events

@@ -9,7 +9,7 @@ import sys
 from langchain_anthropic import ChatAnthropic
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 BASE, MODEL = sys.argv[1], sys.argv[2]
 
@@ -17,8 +17,9 @@ BASE, MODEL = sys.argv[1], sys.argv[2]
 class Landmark(BaseModel):
     """Where a landmark stands."""
 
-    city: str
-    country: str
+    # Bounded, so the demo model's forced call always closes within max_tokens (a 135M model may run on).
+    city: str = Field(max_length=24)
+    country: str = Field(max_length=24)
 
 
 @tool
@@ -28,9 +29,9 @@ def get_weather(city: str) -> str:
 
 
 chats = {
-    "openai": ChatOpenAI(model=MODEL, base_url=BASE + "/v1", api_key="sk-clients", max_tokens=48, temperature=0,
+    "openai": ChatOpenAI(model=MODEL, base_url=BASE + "/v1", api_key="sk-clients", max_tokens=160, temperature=0,
                          max_retries=0),
-    "anthropic": ChatAnthropic(model=MODEL, base_url=BASE, api_key="sk-clients", max_tokens=48, temperature=0,
+    "anthropic": ChatAnthropic(model=MODEL, base_url=BASE, api_key="sk-clients", max_tokens=160, temperature=0,
                                max_retries=0),
 }
 out = {}

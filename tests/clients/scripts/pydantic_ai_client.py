@@ -7,7 +7,7 @@
 import json
 import sys
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from pydantic_ai import Agent
 from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
@@ -18,8 +18,9 @@ BASE, MODEL = sys.argv[1], sys.argv[2]
 
 
 class Landmark(BaseModel):
-    city: str
-    country: str
+    # Bounded, so the demo model's forced call always closes within max_tokens (a 135M model may run on).
+    city: str = Field(max_length=24)
+    country: str = Field(max_length=24)
 
 
 openai_provider = OpenAIProvider(base_url=BASE + "/v1", api_key="sk-clients")
@@ -30,7 +31,7 @@ models = {
 }
 out = {}
 for kind, model in models.items():
-    agent = Agent(model, output_type=Landmark, model_settings={"max_tokens": 120, "temperature": 0})
+    agent = Agent(model, output_type=Landmark, model_settings={"max_tokens": 160, "temperature": 0})
     result = agent.run_sync("Where is the Eiffel tower? Give the city and the country.")
     out[kind] = result.output.model_dump()
 print(json.dumps(out))
