@@ -318,10 +318,26 @@ def mutate(value: Any, rng: random.Random) -> Any:
 # ------------------------------------------------------------------------------------------------ check
 
 
-def _text(value: Any, schema: Any) -> str:
+def instance_text(value: Any, schema: Any) -> str:
     """Keys in schema order, compact; DEL (U+007F), which JSON allows raw but the masks' string character set
     leaves out (the model writes it escaped), as `\\u007f` — the same value; DEL occurs only inside strings."""
     return serialise(in_schema_order(value, schema)).replace("\x7f", "\\u007f")
+
+
+def instances(schema: Any, rng: random.Random, *, n_valid: int = 4, n_invalid: int = 8,
+              gen_budget_s: float = 5.0) -> tuple[list[Any], list[Any]]:
+    """(valid, invalid) instances by `jsonschema`'s verdict: generated, then mutated."""
+    valid = [v for v in generate_valid(schema, n_valid, rng.randrange(2**32), gen_budget_s)
+             if not validate_value(schema, v)]
+    invalid: dict[str, Any] = {}
+    for _ in range(n_invalid * 4 if valid else 0):
+        if len(invalid) >= n_invalid:
+            break
+        m = mutate(rng.choice(valid), rng)
+        errs = validate_value(schema, m)
+        if errs and not any(e.startswith(("cannot validate", "invalid schema")) for e in errs):
+            invalid.setdefault(serialise(m), m)
+    return valid, list(invalid.values())
 
 
 def check_schema(name: str, schema: Any, tokenizer: Tokenizer, rng: random.Random, *, n_valid: int = 4,
@@ -335,22 +351,13 @@ def check_schema(name: str, schema: Any, tokenizer: Tokenizer, rng: random.Rando
     t.compiled = 1
     exact = bool(c.report is not None and c.report.enforced_exactly)
     t.exact = int(exact)
-    valid = [v for v in generate_valid(schema, n_valid, rng.randrange(2**32), gen_budget_s)
-             if not validate_value(schema, v)]
+    valid, invalid_list = instances(schema, rng, n_valid=n_valid, n_invalid=n_invalid, gen_budget_s=gen_budget_s)
     if not valid:
         return t
     t.generated = 1
-    invalid: dict[str, Any] = {}
-    for _ in range(n_invalid * 4):
-        if len(invalid) >= n_invalid:
-            break
-        m = mutate(rng.choice(valid), rng)
-        errs = validate_value(schema, m)
-        s = serialise(m)
-        if errs and not any(e.startswith(("cannot validate", "invalid schema")) for e in errs):
-            invalid.setdefault(s, m)
+    invalid = {serialise(m): m for m in invalid_list}
     for v in valid:
-        text = _text(v, schema)
+        text = instance_text(v, schema)
         w = walk_ids(c, tokenizer.encode_plain(text))
         t.valid += 1
         t.unsound_steps += w.unsound_steps
@@ -359,7 +366,7 @@ def check_schema(name: str, schema: Any, tokenizer: Tokenizer, rng: random.Rando
         else:
             t.failures.append(f"{name}: valid refused at token {w.masked_at}: {text[:200]}")
     for m in invalid.values():
-        text = _text(m, schema)
+        text = instance_text(m, schema)
         w = walk_ids(c, tokenizer.encode_plain(text))
         t.invalid += 1
         t.unsound_steps += w.unsound_steps

