@@ -4,13 +4,18 @@ their own chat template renders it, for conversations without tools.
 `<｜begin▁of▁sentence｜>` then the system prompt as plain text (the last system message's content; the template has
 no system marker), then per turn `<｜User｜>content` or `<｜Assistant｜>content<｜end▁of▁sentence｜>`, where an
 assistant turn's text keeps only what follows its last `</think>` (the template drops earlier reasoning; a
-message's `reasoning_content` is not rendered either); a `latest_reminder` message is plain text where it stands. The generation prompt is `<｜Assistant｜><think>\\n`: the
-model's output starts inside its reasoning, which ends at `</think>` (`STARTS_IN_THINKING`). A final assistant
-message with `prefix` is continued: no end-of-sentence marker and no generation prompt.
+message's `reasoning_content` is not rendered either); a `latest_reminder` message is plain text where it stands.
+The generation prompt is `<｜Assistant｜><think>\\n`: the model's output starts inside its reasoning, which ends
+at `</think>` (`STARTS_IN_THINKING`). Beyond the template: with thinking off, or when the answer is constrained
+(a JSON or regex response format), the generation prompt closes an empty reasoning block
+(`<｜Assistant｜><think>\\n\\n</think>\\n\\n`), so the output is the answer itself. A final assistant message with
+`prefix` is continued: no end-of-sentence marker and no generation prompt (without content and with thinking on,
+it continues inside `<think>\\n` and its `reasoning_content`).
 
-Special ranges: the begin/end-of-sentence, User and Assistant markers. `<think>` / `</think>` are plain text in
-these vocabularies (added tokens that are not special). Tools, tool calls and tool results raise `ValueError`:
-the distills' tool markup is not supported here.
+Special ranges: the begin/end-of-sentence, User and Assistant markers, and the `<think>` / `</think>` the prompt
+itself writes: the distills' vocabularies hold those two as added tokens (not flagged special), and their
+tokenizers encode the template's text with them as single ids. Tools, tool calls and tool results raise
+`ValueError`: the distills' tool markup is not supported here.
 """
 
 from __future__ import annotations
@@ -32,8 +37,14 @@ STARTS_IN_THINKING = True
 TOOL_CALL_START: str | None = None
 TOOL_CALL_END: str | None = None
 GENERATION_PROMPT = "<think>\n"
+# The generation prompt when the output must be the answer: an empty, closed reasoning block.
+ANSWER_PROMPT = "<think>\n\n</think>\n\n"
 JSON_OBJECT = "\n\nRespond with a single JSON object and nothing else."
 JSON_SCHEMA = "\n\nRespond with JSON only, matching this JSON Schema:\n"
+TOOLS_UNSUPPORTED = ("the DeepSeek-R1 prompt format (deepseek_r1) does not support tools: this model has no "
+                     "tool-call format; send the request without tools, or with tool_choice \"none\"")
+TOOL_TURNS_UNSUPPORTED = ("the DeepSeek-R1 prompt format (deepseek_r1) does not support tool calls or tool "
+                          "results in the conversation")
 
 
 def answer_text(content: str) -> str:
@@ -41,12 +52,17 @@ def answer_text(content: str) -> str:
     return content.split("</think>")[-1] if "</think>" in content else content
 
 
+def answers_directly(conv: Conversation) -> bool:
+    """Whether the generation prompt skips the reasoning: thinking off, or a JSON/regex response format."""
+    return not conv.thinking_mode or conv.response_format != "text"
+
+
 def render(conv: Conversation) -> RenderedPrompt:
     """The R1 prompt of `conv`. Raises ValueError for tools, tool calls or tool results."""
     import json
 
     if conv.tools and conv.tool_choice != "none":
-        raise ValueError("the deepseek_r1 prompt format does not support tools")
+        raise ValueError(TOOLS_UNSUPPORTED)
     b = PromptBuilder()
     b.special(BOS)
     system = [m.content for m in conv.messages if m.role == "system"]
@@ -60,14 +76,18 @@ def render(conv: Conversation) -> RenderedPrompt:
     messages = conv.messages
     for i, m in enumerate(messages):
         if m.role == "tool" or m.tool_calls:
-            raise ValueError("the deepseek_r1 prompt format does not support tool calls or tool results")
+            raise ValueError(TOOL_TURNS_UNSUPPORTED)
         if m.role == "user":
             b.special(USER)
             b.text(m.content)
         elif m.role == "assistant":
             b.special(ASSISTANT)
             if m.prefix and i == len(messages) - 1:
-                b.text(m.content)
+                if not m.content and conv.thinking_mode:
+                    b.special("<think>")
+                    b.text("\n" + (m.reasoning_content or ""))
+                else:
+                    b.text(m.content)
                 return b.build()
             b.text(answer_text(m.content))
             b.special(EOS)
@@ -76,5 +96,11 @@ def render(conv: Conversation) -> RenderedPrompt:
         elif m.role != "system":
             raise ValueError(f"the deepseek_r1 prompt format has no {m.role!r} role")
     b.special(ASSISTANT)
-    b.text(GENERATION_PROMPT)
+    b.special("<think>")
+    if answers_directly(conv):
+        b.text("\n\n")
+        b.special("</think>")
+        b.text("\n\n")
+    else:
+        b.text("\n")
     return b.build()

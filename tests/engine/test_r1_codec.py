@@ -29,7 +29,7 @@ def test_turns_markers_and_generation_prompt() -> None:
     assert out.prompt == ("<｜begin▁of▁sentence｜>Be brief.<｜User｜>2+2?<｜Assistant｜>\n\n4<｜end▁of▁sentence｜>"
                           "<｜User｜>and 3+3?<｜Assistant｜><think>\n")
     specials = [out.prompt[a:b] for a, b in out.special_ranges]
-    assert specials == [r1.BOS, r1.USER, r1.ASSISTANT, r1.EOS, r1.USER, r1.ASSISTANT]
+    assert specials == [r1.BOS, r1.USER, r1.ASSISTANT, r1.EOS, r1.USER, r1.ASSISTANT, "<think>"]
     assert r1.STARTS_IN_THINKING and (r1.THINK_START, r1.THINK_END) == ("<think>", "</think>")
 
 
