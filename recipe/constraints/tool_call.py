@@ -16,6 +16,11 @@ of what the schema allows, never a superset). A parameter takes `string="true"` 
 its schema accepts every string (or is an enum of strings, then exactly those); otherwise
 `string="false"` with JSON constrained by the property schema. The `｜DSML｜` marker is emitted as its
 added-token id, and free text may not spell it.
+
+A tool may carry a `grammar` (`{"syntax": "lark" | "regex", "definition", "parameter"}`: a Responses custom
+tool's format, `recipe.constraints.custom_tool_grammar`): its parameter's raw text (DSML `string="true"`) is
+the client's grammar embedded as a namespaced sub-grammar, the marker forbidden inside it; in ChatML the
+grammar, written as one regular expression, is the JSON string's `pattern`.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from recipe.constraints.custom_tool_grammar import ToolGrammar, as_regex, embed, read_tool_grammar
 from recipe.constraints.kinds import ConstraintError
 from recipe.constraints.normalize import normalize
 from recipe.tokenizer import Tokenizer
@@ -42,6 +48,7 @@ class ToolSpec:
     name: str
     parameters: dict[str, Any]
     strict: bool = False
+    grammar: ToolGrammar | None = None
 
 
 def parse_tools(tools: Any) -> list[ToolSpec]:
@@ -66,7 +73,13 @@ def parse_tools(tools: Any) -> list[ToolSpec]:
             params = {"type": "object", "properties": {}}
         if not isinstance(params, dict):
             raise ConstraintError(f"tools[{i}] ({name}): parameters must be a JSON Schema object")
-        out.append(ToolSpec(name, params, bool(fn.get("strict"))))
+        grammar = read_tool_grammar(fn["grammar"], name) if fn.get("grammar") is not None else None
+        if grammar is not None:
+            prop = (params.get("properties") or {}).get(grammar.parameter)
+            if not isinstance(prop, dict) or prop.get("type") != "string":
+                raise ConstraintError(f"tools[{i}] ({name}): the grammar's parameter {grammar.parameter!r} "
+                                      "must be a string property")
+        out.append(ToolSpec(name, params, bool(fn.get("strict")), grammar))
     if len({t.name for t in out}) != len(out):
         raise ConstraintError("tool names must be unique")
     return out
@@ -90,7 +103,9 @@ class _Builder:
         self.fmt = fmt
         self.lenient = lenient
         self.rules: list[str] = []
+        self.imports: set[str] = set()
         self.n = 0
+        self.grammars = 0
 
     def special(self, spelling: str) -> str:
         if spelling not in self.tok.added_ids:
@@ -120,11 +135,17 @@ class _Builder:
         return f"/(.|\\n)*{_rx_escape(tail)}/ & ~/(.|\\n)*{_rx_escape(forbidden)}(.|\\n)*/"
 
     # --- DSML -----------------------------------------------------------------------------------
-    def dsml_param(self, key: str, schema: Any) -> str:
+    def dsml_param(self, key: str, schema: Any, grammar: ToolGrammar | None = None) -> str:
         d = self.special(DSML)
         sp = " " if self.fmt == "dsml_v41" else ""
         head = f'"<" {d} {_lit(sp + "parameter name=" + chr(34) + key + chr(34) + " string=")}'
         close = f'{d} {_lit(sp + "parameter>" + chr(10))}'
+        if grammar is not None:  # raw text only, matching the client's grammar
+            self.grammars += 1
+            sub = embed(grammar, f"g{self.grammars}", DSML)
+            self.rules.extend(sub.definitions)
+            self.imports |= sub.imports
+            return self.rule(f'{head} "\\"true\\">" {sub.start} "</" {close}')
         alts = [f'{head} "\\"false\\">" {self.json_of(schema)} "</" {close}']
         if isinstance(schema, dict):
             t = schema.get("type")
@@ -151,7 +172,7 @@ class _Builder:
         for key, sub in props.items():
             if '"' in key or DSML in key:
                 raise ConstraintError(f"tool {tool.name}: parameter name {key!r} cannot be written in DSML")
-            p = self.dsml_param(key, sub)
+            p = self.dsml_param(key, sub, tool.grammar if tool.grammar and tool.grammar.parameter == key else None)
             parts.append(p if key in required else f"{p}?")
         body = " ".join(parts)
         blank = ' "\\n"?' if self.fmt == "dsml_v41" else ""
@@ -181,7 +202,7 @@ class _Builder:
         for t in tools:
             branches.append({
                 "type": "object",
-                "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+                "properties": {"name": {"const": t.name}, "arguments": _with_pattern(t)},
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
             })
@@ -206,7 +227,17 @@ class _Builder:
         if thinking:
             reason = self.terminal(self.no_text(DSML))
             body = f"{reason}? {self.special(THINK_END)} ({body})"
-        return "start: " + body + "\n" + "\n".join(self.rules) + "\n"
+        imports = "".join(f"%import common.{name}\n" for name in sorted(self.imports))
+        return "start: " + body + "\n" + "\n".join(self.rules) + "\n" + imports
+
+
+def _with_pattern(tool: ToolSpec) -> dict[str, Any]:
+    """A tool's parameters with its grammar's parameter constrained by the grammar as one regex (ChatML)."""
+    if tool.grammar is None:
+        return tool.parameters
+    props = dict(tool.parameters.get("properties") or {})
+    props[tool.grammar.parameter] = {**props[tool.grammar.parameter], "pattern": as_regex(tool.grammar)}
+    return {**tool.parameters, "properties": props}
 
 
 def tool_call_lark(
