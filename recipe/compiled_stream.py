@@ -33,7 +33,8 @@ from types import ModuleType
 # The compiled modules (recipe.stream.<name>). Left interpreted:
 # accumulate/choices/logprobs/responses_echo (once per response, not per token).
 MODULES = ("processor", "text_parser", "dsml", "json_mode", "chatml_tools", "chat_events", "messages_events", "id_count",
-           "responses_events", "sse", "event_log", "pieces", "updates", "token_text", "token_markers", "usage", "call_ids")
+           "responses_events", "custom_input", "sse", "event_log", "pieces", "updates", "token_text", "token_markers",
+           "usage", "call_ids")
 GROUP = "recipe_stream"  # mypyc's shared library is the top-level module `recipe_stream__mypyc`
 OPT_LEVEL = "3"
 _SOURCE_ROOT = Path(__file__).resolve().parent.parent  # the folder holding the `recipe` package

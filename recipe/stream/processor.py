@@ -348,7 +348,7 @@ class StreamProcessor:
                     if self._messages is not None:
                         return [self._messages.arguments_event(released)]
                     assert self._responses is not None
-                    return [self._responses.arguments_event(released)]
+                    return self._responses.arguments_events(released)
             pieces = tools.feed(text)
             if tools.done:
                 parser._mode = _DONE

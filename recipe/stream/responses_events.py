@@ -5,6 +5,10 @@ output item (reasoning `rs_<id>_<i>`, message `msg_<id>_<i>`, function call `fc_
 `output_item.added` → (`content_part.added` → deltas → `…done` → `content_part.done`) → `output_item.done`;
 the last event is `response.completed` or `response.incomplete`. `sequence_number` counts from 0.
 A message followed by tool calls is marked `phase: "commentary"` when it is done.
+
+A call of a tool the request declared as `custom` is a `custom_tool_call` item (`ctc_<id>_<i>`) whose `input`
+is the raw text, as the reference reports it: the `input` argument when that is a string, otherwise the
+whole argument text; `response.custom_tool_call_input.delta` events carry it as it forms.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar
 
+from recipe.stream.custom_input import CustomInput
 from recipe.stream.pieces import ContentPiece, Piece, ReasoningPiece, ToolCallArguments, ToolCallStart
 from recipe.stream.responses_echo import default_echo
 from recipe.stream.sse import Event, JsonTemplate
@@ -39,6 +44,9 @@ class ResponsesEventBuilder:
         # (open item, its delta template, whether it is reasoning, the event name)
         self._item_template: tuple[Any, JsonTemplate, bool, str] | None = None
         self._arguments_template: tuple[int, JsonTemplate] | None = None  # (output index, its template)
+        self._custom_names = frozenset(
+            t.get("name") for t in self.echo.get("tools") or () if isinstance(t, dict) and t.get("type") == "custom")
+        self._custom: CustomInput | None = None  # the open custom tool call's input
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -81,6 +89,17 @@ class ResponsesEventBuilder:
         self._seq += 1
         return [Event("response.reasoning_text.delta" if is_reasoning else "response.output_text.delta",
                       None, False, None, cached[1].render2(text, seq))]
+
+    def arguments_events(self, text: str) -> list[Event]:
+        """The events of argument text of the open call: a function call's delta, or a custom call's input."""
+        custom = self._custom
+        if custom is None:
+            return [self.arguments_event(text)]
+        delta = custom.feed(text)
+        if not delta:
+            return []
+        return [self._ev("response.custom_tool_call_input.delta", {
+            "delta": delta, "item_id": self._item["id"], "output_index": len(self._output)})]  # type: ignore[index]
 
     def arguments_event(self, text: str) -> Event:
         """The argument delta of the open function call item, from a template with the item's id and
@@ -194,6 +213,19 @@ class ResponsesEventBuilder:
                 "content_index": 0, "item_id": item["id"], "output_index": idx, "part": part}))
             done = {"type": "message", "id": item["id"], "status": status, "role": "assistant",
                     "phase": "commentary" if commentary else "final_answer", "content": [part]}
+        elif item["type"] == "custom_tool_call":
+            custom = self._custom
+            assert custom is not None
+            self._custom = None
+            tail = custom.finish()
+            if tail:
+                events.append(self._ev("response.custom_tool_call_input.delta", {
+                    "delta": tail, "item_id": item["id"], "output_index": idx}))
+            value = custom.value()
+            events.append(self._ev("response.custom_tool_call_input.done", {
+                "input": value, "item_id": item["id"], "output_index": idx}))
+            done = {"type": "custom_tool_call", "id": item["id"], "status": status, "call_id": item["call_id"],
+                    "name": item["name"], "input": value}
         else:
             events.append(self._ev("response.function_call_arguments.done", {
                 "arguments": text, "item_id": item["id"], "output_index": idx}))
@@ -258,11 +290,16 @@ class ResponsesEventBuilder:
         if isinstance(piece, ToolCallStart):
             events = self._close_item("completed", commentary=True)
             idx = len(self._output)
-            item = {"type": "function_call", "id": f"fc_{rid}_{idx}", "status": "in_progress",
-                    "call_id": piece.call_id, "name": piece.name, "arguments": ""}
+            if piece.name in self._custom_names:
+                self._custom = CustomInput()
+                item = {"type": "custom_tool_call", "id": f"ctc_{rid}_{idx}", "status": "in_progress",
+                        "call_id": piece.call_id, "name": piece.name, "input": ""}
+            else:
+                item = {"type": "function_call", "id": f"fc_{rid}_{idx}", "status": "in_progress",
+                        "call_id": piece.call_id, "name": piece.name, "arguments": ""}
             return events + self._open_item(item, None)
         assert isinstance(piece, ToolCallArguments)
-        return [self.arguments_event(piece.text)]
+        return self.arguments_events(piece.text)
 
     def finish(self, backend_reason: str, usage: Usage) -> list[Event]:
         incomplete = None
