@@ -12,6 +12,8 @@ A body that no rule touches converts exactly as the reference converts it, in ei
 | Messages | `tool_choice: {"type": "any"}` | read as `auto` | a tool call is required (thinking off) |
 | Messages | `redacted_thinking` content blocks | 400 unknown variant | dropped: their data is another provider's encrypted reasoning |
 | Messages | `output_config.format` (and the older `output_format`) of type `json_schema` | ignored | the output is constrained to the schema |
+| Responses | `tools[]` of type `custom` other than `apply_patch` | 400 "Unsupported custom tool" | a tool with one raw-text parameter `input` and the client's description (the grammar, if any, appended to the parameter's); its call comes back as a `custom_tool_call` |
+| Responses | a custom tool's `format` of type `grammar` (`syntax` `lark` or `regex`) | ignored | the call's input is constrained by the grammar; a grammar the constraint engine cannot embed, or a `format` other than `text` / `grammar`, is a 400 |
 | all | a completion limit larger than the context left (`recipe.codec.resolve_max_tokens`, as `recipe serve` calls it) | 400 | lowered to the room left; a prompt that leaves no room is still a 400 |
 """
 
@@ -58,6 +60,42 @@ def _without_redacted_thinking(message: Any) -> Any:
         return message
     # A turn of nothing but redacted reasoning keeps an empty text, so it stays a (closed) turn.
     return {**message, "content": kept or [{"type": "text", "text": ""}]}
+
+
+CUSTOM_TOOL_SYNTAXES = ("lark", "regex")
+
+
+def custom_tool_grammar(tool: dict[str, Any], index: int) -> dict[str, Any] | None:
+    """A Responses custom tool's grammar as the tool-call constraint carries it (`{"syntax", "definition",
+    "parameter"}`), or None for free text (`format` absent or of type `text`); a malformed `format` is a 400."""
+    fmt = tool.get("format")
+    path = f"tools[{index}].format"
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "grammar"):
+        raise conversion_error(f"Invalid '{path}': expected an object of type 'text' or 'grammar'.")
+    if fmt["type"] == "text":
+        return None
+    syntax = fmt.get("syntax")
+    if syntax not in CUSTOM_TOOL_SYNTAXES:
+        raise conversion_error(f"Invalid '{path}.syntax': expected 'lark' or 'regex', got {syntax!r}.")
+    definition = fmt.get("definition")
+    if not isinstance(definition, str) or not definition.strip():
+        raise conversion_error(f"Invalid '{path}.definition': the {syntax} grammar must be a non-empty string.")
+    return {"syntax": syntax, "definition": definition, "parameter": "input"}
+
+
+def custom_tool_parameters(grammar: dict[str, Any] | None) -> dict[str, Any]:
+    """The parameters a custom tool other than `apply_patch` is declared with: its raw input as `input`."""
+    description = "The tool's whole input as raw text, not JSON."
+    if grammar is not None:
+        description += f" It must match this {grammar['syntax']} grammar:\n{grammar['definition']}"
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"input": {"type": "string", "description": description}},
+        "required": ["input"],
+    }
 
 
 def thinking_for_forced_tools(thinking: bool, forced: bool, strict_reference: bool) -> bool:

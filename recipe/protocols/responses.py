@@ -6,6 +6,10 @@ system message; namespace tools flatten to `NS__name` functions; the `apply_patc
 becomes a function tool with the reference's fixed description; hosted tools (web search, file
 search, code interpreter, MCP, ...) are dropped.
 
+Beyond the reference by default (`recipe.protocols.leniency`, off under `strict_reference`): custom
+tools other than `apply_patch` become tools with one raw-text parameter `input`, and a custom tool's
+grammar `format` constrains that input (the tool-call constraint's tool entry carries it as `grammar`).
+
 Beyond the reference (documented): `previous_response_id` is kept in
 `ConversationRequest.previous_response_id` (the reference ignores it); serving it needs stored
 responses, which the server provides.
@@ -13,6 +17,7 @@ responses, which the server provides.
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -24,6 +29,7 @@ from recipe.conversation import (
     InferenceOptions,
     Message,
     ModelVersion,
+    OutputConstraint,
     ResponseFormat,
     ToolCall,
 )
@@ -482,7 +488,10 @@ def _convert_input(obj: dict[str, Any], version: ModelVersion) -> list[Message]:
     return out
 
 
-def _tool_specs(obj: dict[str, Any], options: ConversionOptions, version: ModelVersion) -> list[ToolSpec]:
+def _tool_specs(
+    obj: dict[str, Any], options: ConversionOptions, version: ModelVersion, grammars: dict[str, dict[str, Any]]
+) -> list[ToolSpec]:
+    """The declared tools as `ToolSpec`s; custom tools' grammars (lenient mode) go into `grammars` by name."""
     specs: list[ToolSpec] = []
     for i, t in enumerate(obj.get("tools") or ()):
         kind = t["type"]
@@ -519,13 +528,21 @@ def _tool_specs(obj: dict[str, Any], options: ConversionOptions, version: ModelV
                     )
                 )
         elif kind == "custom":
-            if t["name"] != "apply_patch":
+            grammar = None if options.strict_reference else leniency.custom_tool_grammar(t, i)
+            if t["name"] == "apply_patch":
+                description, parameters = apply_patch_description(version), APPLY_PATCH_PARAMETERS
+            elif options.strict_reference:
                 raise conversion_error(f"Unsupported custom tool: '{t['name']}'. Only 'apply_patch' is supported.")
+            else:
+                check_name(t["name"], f"tools[{i}].name")
+                description, parameters = t.get("description"), leniency.custom_tool_parameters(grammar)
+            if grammar is not None:
+                grammars[t["name"]] = grammar
             specs.append(
                 ToolSpec(
-                    name="apply_patch",
-                    description=apply_patch_description(version),
-                    parameters=APPLY_PATCH_PARAMETERS,
+                    name=t["name"],
+                    description=description,
+                    parameters=parameters,
                     strict=None,
                     name_path=f"tools[{i}].name",
                 )
@@ -539,7 +556,8 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequ
     """A parsed body → `ConversationRequest` (raises a conversion `RequestError`)."""
     model: str = obj["model"]
     version = resolve_model(model, options)
-    specs = _tool_specs(obj, options, version)
+    grammars: dict[str, dict[str, Any]] = {}
+    specs = _tool_specs(obj, options, version, grammars)
     effort = (obj.get("reasoning") or {}).get("effort")
     thinking = sampling.resolve_thinking(None, effort, options.default_thinking_mode)
     choice_raw = obj.get("tool_choice")
@@ -596,7 +614,7 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequ
     )
     t, p = sampling.resolve_sampling(version, thinking, bool(selection.tools), temperature, top_p)
     constraint = (
-        tool_constraint(selection.tools, selection.choice)
+        _with_grammars(tool_constraint(selection.tools, selection.choice), grammars)
         if selection.tools
         else response_constraint(conversation, strict_schema)
     )
@@ -617,3 +635,15 @@ def convert(obj: dict[str, Any], options: ConversionOptions) -> ConversationRequ
         stream=bool(obj.get("stream")),
         previous_response_id=obj.get("previous_response_id") if isinstance(obj.get("previous_response_id"), str) else None,
     )
+
+
+def _with_grammars(constraint: OutputConstraint, grammars: dict[str, dict[str, Any]]) -> OutputConstraint:
+    """The tool-call constraint with each custom tool's grammar on its entry (`recipe.constraints.tool_call`)."""
+    if not grammars:
+        return constraint
+    listed = json.loads(constraint.schema)
+    for entry in listed:
+        fn = entry["function"]
+        if fn["name"] in grammars:
+            fn["grammar"] = grammars[fn["name"]]
+    return OutputConstraint(constraint.kind, compact_json(listed))

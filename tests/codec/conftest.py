@@ -181,6 +181,12 @@ def lenient_triggers(api: str, text: str) -> list[str]:
         forced_dict = isinstance(choice, dict) and choice.get("type") in ("function", "custom")
         if tools and (choice == "required" or forced_dict):
             found.append("forced tool choice")
+        customs = [t for t in obj.get("tools") or () if isinstance(t, dict) and t.get("type") == "custom"]
+        if any(t.get("name") != "apply_patch" for t in customs):
+            found.append("custom tool")
+        if any(t.get("format") is not None and not (isinstance(t["format"], dict) and t["format"].get("type") == "text")
+               for t in customs):
+            found.append("custom tool format")
     return found
 
 
