@@ -46,13 +46,13 @@ class EngineStats:
     swa_sessions: Any = None  # session_cache.SessionStats (a copy) when the sliding-window session cache is on
 
 
-def load(model: Any, dtype: Any, device: Any) -> tuple[Any, Any]:
+def load(model: Any, dtype: Any, device: Any, weight_format: str = "dtype") -> tuple[Any, Any]:
     """(model, ModelInfo) from a registered name or path, or as given when already a (model, info) pair."""
     if isinstance(model, tuple):
         return model
     from recipe.engine.models.registry import load_model
 
-    return load_model(model, dtype=dtype, device=device)
+    return load_model(model, dtype=dtype, device=device, weight_format=weight_format)
 
 
 class LLMEngine:
@@ -62,7 +62,7 @@ class LLMEngine:
         self.device = devices.resolve(cfg.device)
         self.dtype = devices.parse_dtype(cfg.dtype)
         self.num_threads = devices.set_num_threads(cfg.num_threads)
-        self.model, self.model_info = load(model, self.dtype, self.device)
+        self.model, self.model_info = load(model, self.dtype, self.device, cfg.weight_format)
         num_blocks = kv_cache_blocks(
             self.model, block_size=cfg.block_size, dtype=self.dtype, device=self.device,
             num_kv_blocks=cfg.num_kv_blocks, kv_cache_bytes=cfg.kv_cache_bytes, fraction=cfg.kv_cache_fraction,

@@ -34,6 +34,7 @@ import torch
 from recipe.engine.context import AttentionContext
 from recipe.engine.kernels.native import library
 from recipe.engine.layers.block_quant_linear import Q4_1Linear, Q8_0Linear
+from recipe.engine.layers.gguf_embedding import GGUFEmbedding
 from recipe.engine.layers.gguf_linear import GGUFLinear
 from torch import nn
 
@@ -60,6 +61,14 @@ class _Model(ctypes.Structure):
 
 def _fp32(t: torch.Tensor | None) -> bool:
     return t is not None and t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
+
+
+def _embeds_fp32(module: nn.Module) -> bool:
+    """Whether the embedding gives fp32 rows (a GGUF embedding dequantises its file's rows: no table to check)."""
+    if isinstance(module, GGUFEmbedding):
+        return module.dtype == torch.float32
+    weight = module.weight
+    return isinstance(weight, torch.Tensor) and _fp32(weight)
 
 
 def _linear(module: nn.Module) -> _Linear | None:
@@ -102,7 +111,7 @@ class FusedLlamaDecoder:
         """Descriptors for `model` (a `LlamaForCausalLM` with a bound KV cache), or None where it does not apply."""
         lib = library()
         c = model.config
-        if lib is None or c.head_dim % 2 or model.rotary.interleaved or not _fp32(model.embed_tokens.weight):
+        if lib is None or c.head_dim % 2 or model.rotary.interleaved or not _embeds_fp32(model.embed_tokens):
             return None
         if not _fp32(model.norm.weight) or model.norm.eps != c.rms_norm_eps:
             return None
@@ -125,9 +134,8 @@ class FusedLlamaDecoder:
         block_size = layers[0].self_attn.attn.k_cache.shape[1]
         desc = _Model(len(descs), c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
                       block_size, c.rms_norm_eps, c.head_dim**-0.5, array, model.norm.weight.data_ptr())
-        weight = model.head_weight
         head = None
-        if model.logits_head is None and _fp32(weight):
+        if model.logits_head is None and _fp32(weight := model.head_weight):  # a block head has no fp32 matrix
             head = _Linear(0, weight.shape[0], weight.shape[1], weight.data_ptr(), None, None, None)
         return cls(desc, array, lib, c.hidden_size, head)
 

@@ -53,6 +53,12 @@ class GGUFLinear(nn.Module):
     def dequantized(self) -> torch.Tensor:
         return torch.cat([dequantize(raw, q, self.in_features) for q, raw in self.raw_parts()])
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """W dequantised (a new fp32 [out, in] tensor each call): for the rare caller that needs the matrix (a
+        speculative draft head's LM head); the forward never builds it."""
+        return self.dequantized()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
         lib = library()
@@ -109,12 +115,17 @@ class FileQ4_1Linear(Q4_1Linear):
         self.bias = bias
 
 
+def repacks(kinds: set[int], round_x: bool) -> bool:
+    """Whether `file_linear` copies a weight of these formats into another layout (so its blocks need not stay)."""
+    return round_x and kinds in ({Q8_0}, {Q4_1})
+
+
 def file_linear(parts: list[Part], in_features: int, bias: torch.Tensor | None = None,
                 round_x: bool = False) -> nn.Module:
     """The layer for a weight made of `parts`: with `round_x`, one Q8_0 or Q4_1 format throughout -> the fused
     step's layer (which rounds activations so); anything else -> `GGUFLinear`."""
     kinds = {q for q, _ in parts}
-    if round_x and kinds in ({Q8_0}, {Q4_1}):
+    if repacks(kinds, round_x):
         raw = torch.cat([r for _, r in parts]) if len(parts) > 1 else parts[0][1]
         return (FileQ8_0Linear if kinds == {Q8_0} else FileQ4_1Linear)(raw, in_features, bias)
     return GGUFLinear(parts, in_features, bias, round_x)

@@ -27,6 +27,7 @@ class GGUFTensor:
     shape: tuple[int, ...]  # outermost dimension first (numpy / torch order)
     qtype: GGMLQuantizationType
     data: np.ndarray  # raw bytes (uint8) or typed values, as stored
+    offset: int = 0  # where `data` starts in the file (a loader may read it instead of touching the mapping)
 
 
 class _Cursor:
@@ -62,7 +63,7 @@ class _Cursor:
 
 
 def read_gguf_file(path: str | Path) -> tuple[dict[str, Any], list[GGUFTensor]]:
-    """(metadata, tensors) of a GGUF file; tensor data is memory-mapped, not read."""
+    """(metadata, tensors) of a GGUF file; tensor data is memory-mapped, not read (nor resident until touched)."""
     mm = np.memmap(path, dtype=np.uint8, mode="r")
     cur = _Cursor(memoryview(mm))  # type: ignore[arg-type]
     try:
@@ -94,5 +95,5 @@ def read_gguf_file(path: str | Path) -> tuple[dict[str, Any], list[GGUFTensor]]:
         begin = start + offset
         if begin + nbytes > mm.shape[0]:
             raise CheckpointError(f"{path}: tensor {name!r} runs past the end of the file")
-        tensors.append(GGUFTensor(name, tuple(reversed(dims)), qtype, mm[begin : begin + nbytes]))
+        tensors.append(GGUFTensor(name, tuple(reversed(dims)), qtype, mm[begin : begin + nbytes], begin))
     return meta, tensors

@@ -1,6 +1,7 @@
-"""Llama- and Qwen2-architecture GGUF files: metadata to config, tensors dequantized (Q4_1, Q8_0, K-quants, ...)
-to fp32 and renamed to `transformers` names, a llama file's Q/K rows un-permuted from GGUF's RoPE layout (llama.cpp
-permutes only llama's; Qwen2 keeps the half-split order), tokenizer rebuilt."""
+"""Llama- and Qwen2-architecture GGUF files: metadata to config, tensors renamed to `transformers` names, a llama
+file's Q/K rows un-permuted from GGUF's RoPE layout (llama.cpp permutes only llama's; Qwen2 keeps the half-split
+order), tokenizer rebuilt. The weights either stay the file's blocks (weight_format "gguf"/"gguf_q8": read into
+place, `gguf_file_layers.py`) or, the reference, are dequantized (Q4_1, Q8_0, K-quants, ...) to fp32."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import torch
 from gguf.quants import dequantize
 from recipe.engine.model_info import ModelInfo
 from recipe.engine.models.chat_format import chat_format_of
-from recipe.engine.models.gguf_file import read_gguf_file
+from recipe.engine.models.gguf_file import GGUFTensor, read_gguf_file
+from recipe.engine.models.gguf_file_layers import build_file_layers, file_reorder
 from recipe.engine.models.gguf_tokenizer import tokenizer_json_from_gguf
-from recipe.engine.models.gguf_weights import FileBlocks, is_block_type
+from recipe.engine.models.gguf_weights import FileBlocks, LoadedFileLayers, is_block_type
 from recipe.engine.models.llama import LlamaConfig, LlamaForCausalLM
 from recipe.engine.models.weights import CheckpointError
 
@@ -100,6 +102,12 @@ def unpermute_if_rope(w: torch.Tensor, hf: str, config: dict[str, Any]) -> torch
     return w
 
 
+def _rope_parameters(t: GGUFTensor, config: dict[str, Any]) -> dict[str, Any]:
+    """llama3-style RoPE (R1-Distill-Llama): `rope_freqs.weight` holds per-frequency wavelength factors."""
+    factors = np.asarray(dequantize(t.data, t.qtype), dtype=np.float32).reshape(-1)
+    return {"rope_type": "default", "rope_theta": config["rope_theta"], "freq_factors": [float(f) for f in factors]}
+
+
 def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
     """(metadata, transformers-style config dict, fp32 tensors under `transformers` names in HF layout)."""
     meta, config, tensors, _ = read_gguf_with_blocks(path)
@@ -114,10 +122,8 @@ def read_gguf_with_blocks(path: str | Path) -> tuple[dict[str, Any], dict[str, A
     config = llama_config_from_gguf(meta, any(t.name == "output.weight" for t in gguf_tensors))
     tensors: dict[str, torch.Tensor] = {}
     for t in gguf_tensors:
-        if t.name == "rope_freqs.weight":  # llama3-style RoPE (R1-Distill-Llama): per-frequency wavelength factors
-            factors = np.asarray(dequantize(t.data, t.qtype), dtype=np.float32).reshape(-1)
-            config["rope_parameters"] = {"rope_type": "default", "rope_theta": config["rope_theta"],
-                                         "freq_factors": [float(f) for f in factors]}
+        if t.name == "rope_freqs.weight":
+            config["rope_parameters"] = _rope_parameters(t, config)
             continue
         name = hf_name(t.name)
         try:
@@ -131,18 +137,32 @@ def read_gguf_with_blocks(path: str | Path) -> tuple[dict[str, Any], dict[str, A
     return meta, config, tensors, blocks
 
 
+FILE_BLOCK_FORMATS = ("gguf", "gguf_q8")
+
+
 def load_gguf(
-    path: str | Path, *, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+    path: str | Path, *, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+    weight_format: str = "dtype",
 ) -> tuple[LlamaForCausalLM, ModelInfo]:
     """Load a llama or qwen2 GGUF as a `LlamaForCausalLM` with weights in `dtype` on `device`, and its
-    ModelInfo."""
+    ModelInfo.
+
+    `weight_format` "gguf" / "gguf_q8" (what the engine passes for its default on a GGUF): the linears, LM head
+    and embedding over the file's own blocks, read tensor by tensor into their final place
+    (`gguf_file_layers.py`), so memory stays about the file's size. Anything else: the reference, every tensor
+    dequantised to fp32 (then `dtype`), with references to the file's blocks kept for a later
+    `quantize_weights("gguf")`."""
     from recipe.engine.models.registry import build_model, finish_model
 
-    meta, config, tensors, blocks = read_gguf_with_blocks(path)
-    model = build_model(config["model_type"], config)
-    assert isinstance(model, LlamaForCausalLM)
-    model.load_weights(tensors)
-    model.gguf_blocks = blocks  # for weight_format "gguf" (gguf_weights.py)
+    if weight_format in FILE_BLOCK_FORMATS:
+        meta, config, model = _load_over_file_blocks(path, dtype, round_x=weight_format == "gguf_q8")
+    else:
+        meta, config, tensors, blocks = read_gguf_with_blocks(path)
+        built = build_model(config["model_type"], config)
+        assert isinstance(built, LlamaForCausalLM)
+        model = built
+        model.load_weights(tensors)
+        model.gguf_blocks = blocks  # for weight_format "gguf" (gguf_weights.py)
     finish_model(model, dtype, device)
     c: LlamaConfig = model.config
     eos = meta.get("tokenizer.ggml.eos_token_id")
@@ -163,3 +183,19 @@ def load_gguf(
         head_dim=c.head_dim,
     )
     return model, info
+
+
+def _load_over_file_blocks(path: str | Path, dtype: torch.dtype,
+                           round_x: bool) -> tuple[dict[str, Any], dict[str, Any], LlamaForCausalLM]:
+    meta, gguf_tensors = read_gguf_file(path)
+    config = llama_config_from_gguf(meta, any(t.name == "output.weight" for t in gguf_tensors))
+    by_name: dict[str, GGUFTensor] = {}
+    for t in gguf_tensors:
+        if t.name == "rope_freqs.weight":
+            config["rope_parameters"] = _rope_parameters(t, config)
+        else:
+            by_name[hf_name(t.name)] = t
+    with open(path, "rb", buffering=0) as f:
+        model, count = build_file_layers(config, f, by_name, round_x, dtype, file_reorder(unpermute_if_rope, config))
+    model.gguf_blocks = LoadedFileLayers(round_x, count)
+    return meta, config, model

@@ -1,11 +1,13 @@
 """`weight_format = "gguf"` / "gguf_q8": a GGUF-loaded Llama/Qwen2 model computes with the file's own blocks, with
 fp32 activations ("gguf") or activations rounded to Q8_0 blocks as llama.cpp rounds them ("gguf_q8").
 
-`load_gguf` keeps, beside the dequantised fp32 weights, a reference to each block-quantised 2-D tensor of the file
-(`FileBlocks`, memory-mapped, not copied); `use_file_blocks` swaps every linear whose weights are all such
-tensors (q/k/v and gate/up fused as the model fuses them) for a layer over those blocks
-(`engine/layers/gguf_linear.py`), and gives the LM head the head tensor's blocks. A weight the file stores in
-F32/F16/BF16 keeps its fp32 layer: that is the file's own precision too.
+Two ways in, the same layers (`swap_in_file_layers`): `load_gguf(weight_format="gguf"/"gguf_q8")`, what the
+engine does, builds them while loading, from the blocks read straight from the file (`gguf_loader.py`; no fp32
+copy); the reference way, `load_gguf()` then `quantize_weights("gguf")`, keeps beside the dequantised fp32 weights a
+reference to each block-quantised 2-D tensor of the file (`FileBlocks`, memory-mapped, not copied), and
+`use_file_blocks` swaps every linear whose weights are all such tensors (q/k/v and gate/up fused as the model fuses
+them) for a layer over those blocks (`engine/layers/gguf_linear.py`), and gives the LM head the head tensor's
+blocks. A weight the file stores in F32/F16/BF16 keeps its fp32 layer: that is the file's own precision too.
 """
 
 from __future__ import annotations
@@ -44,18 +46,28 @@ def is_block_type(t: GGUFTensor) -> bool:
     return len(t.shape) == 2 and int(t.qtype) in SIZES
 
 
-def use_file_blocks(model: LlamaForCausalLM, round_x: bool = False) -> int:
-    """Swap the model's linears (and LM head) for layers over the file's blocks; the count swapped."""
-    blocks: dict[str, FileBlocks] | None = getattr(model, "gguf_blocks", None)
-    if blocks is None:
-        raise CheckpointError("weight_format 'gguf' needs a model loaded from a GGUF file (once: the swap lets the "
-                              "file's mapping go)")
+@dataclass(frozen=True)
+class LoadedFileLayers:
+    """`model.gguf_blocks` of a model the loader built over the file's blocks already (`load_gguf` with
+    weight_format "gguf"/"gguf_q8"): nothing is left to swap."""
+
+    round_x: bool
+    count: int
+
+
+PartsOf = Callable[[list[str]], "list[Part] | None"]  # HF names -> the blocks of one weight, or None (not blocks)
+
+
+def swap_in_file_layers(model: LlamaForCausalLM, parts_of: PartsOf, round_x: bool) -> int:
+    """Swap the model's linears whose weights `parts_of` gives as blocks (q/k/v and gate/up fused as the model
+    fuses them) for layers over them, and set the LM head over the head tensor's blocks; the count swapped."""
 
     def swap(owner: nn.Module, attr: str, names: list[str]) -> int:
-        old = getattr(owner, attr)
-        if not all(n in blocks for n in names):
+        parts = parts_of(names)
+        if parts is None:
             return 0
-        setattr(owner, attr, file_linear([blocks[n].part() for n in names], old.in_features, old.bias, round_x))
+        old = getattr(owner, attr)
+        setattr(owner, attr, file_linear(parts, old.in_features, old.bias, round_x))
         return 1
 
     count = 0
@@ -66,10 +78,37 @@ def use_file_blocks(model: LlamaForCausalLM, round_x: bool = False) -> int:
         count += swap(a, "o_proj", [p + "self_attn.o_proj.weight"])
         count += swap(m, "gate_up", [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
         count += swap(m, "down", [p + "mlp.down_proj.weight"])
-    head = "model.embed_tokens.weight" if model.lm_head is None else "lm_head.weight"
-    if head in blocks:
-        model.logits_head = file_linear([blocks[head].part()], model.config.hidden_size, None, round_x)
+    head = parts_of([head_name(model)])
+    if head is not None:
+        model.logits_head = file_linear(head, model.config.hidden_size, None, round_x)
         count += 1
     model._fused = False  # the fused step's descriptors are rebuilt over the new layers
+    return count
+
+
+def head_name(model: LlamaForCausalLM) -> str:
+    return "model.embed_tokens.weight" if model.lm_head is None else "lm_head.weight"
+
+
+def use_file_blocks(model: LlamaForCausalLM, round_x: bool = False) -> int:
+    """Swap the model's linears (and LM head) for layers over the file's blocks; the count swapped. A model
+    loaded over the blocks already (`LoadedFileLayers`) is left as it is: its count, if `round_x` is the one it
+    was loaded with."""
+    blocks: dict[str, FileBlocks] | LoadedFileLayers | None = getattr(model, "gguf_blocks", None)
+    if isinstance(blocks, LoadedFileLayers):
+        if blocks.round_x != round_x:
+            fmt = "gguf_q8" if blocks.round_x else "gguf"
+            raise CheckpointError(f"the model was loaded over the file's blocks for weight_format {fmt!r}; load "
+                                  "it again for another format")
+        return blocks.count
+    if blocks is None:
+        raise CheckpointError("weight_format 'gguf' needs a model loaded from a GGUF file (once: the swap lets the "
+                              "file's mapping go)")
+    found = blocks
+
+    def parts_of(names: list[str]) -> list[Part] | None:
+        return [found[n].part() for n in names] if all(n in found for n in names) else None
+
+    count = swap_in_file_layers(model, parts_of, round_x)
     model.gguf_blocks = None  # the layers own copies: the file's mapping (resident pages and all) is let go
     return count

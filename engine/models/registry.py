@@ -93,8 +93,12 @@ def load_model(
     dtype: torch.dtype | str = torch.float32,
     device: torch.device | str = "cpu",
     shard: Any = None,
+    weight_format: str = "dtype",
 ) -> tuple[ModelForCausalLM, ModelInfo]:
     """Load "smollm2" (the default), a `.gguf` file, or a Hugging Face safetensors folder.
+
+    `weight_format` (`EngineConfig.weight_format`): "gguf" / "gguf_q8" build a GGUF's layers over the file's own
+    blocks while loading (no fp32 copy; `load_gguf`); other formats, and safetensors folders, load as before.
 
     `shard(model, checkpoint) -> checkpoint`, when given, runs between building a safetensors model and
     loading its weights (an expert-parallel rank shrinks its experts to its shard and hides the others).
@@ -109,13 +113,13 @@ def load_model(
     torch_dtype = parse_dtype(dtype)
 
     if str(name_or_path) == DEFAULT_MODEL:
-        demo, info = load_gguf(smollm2_path(), dtype=torch_dtype, device=device)
+        demo, info = load_gguf(smollm2_path(), dtype=torch_dtype, device=device, weight_format=weight_format)
         return demo, dataclasses.replace(info, name="SmolLM2-135M-Instruct")
     path = Path(name_or_path)
     if path.suffix == ".gguf":
         if not path.is_file():
             raise CheckpointError(f"GGUF file {path} not found")
-        return load_gguf(path, dtype=torch_dtype, device=device)
+        return load_gguf(path, dtype=torch_dtype, device=device, weight_format=weight_format)
     if not path.is_dir():
         raise CheckpointError(f"model {str(name_or_path)!r} is neither 'smollm2', a .gguf file nor a checkpoint folder")
     config, generation, tokenizer_json = read_folder(path)
