@@ -2,7 +2,8 @@
 constraint, checked against the `lark` package parsing the same grammar (an oracle that is not the mask).
 
 The grammar is the one Codex 0.169.0 sends for `apply_patch` (`data/codex_apply_patch.lark`, read out of
-the installed client's binary; Codex's `environment_id` variant is derived from it as Codex derives it).
+the installed client's binary and equal to the `format.definition` it sends, captured from `codex exec -m gpt-5.5`;
+Codex's `environment_id` variant is derived from it as Codex derives it).
 """
 
 from __future__ import annotations
