@@ -1,16 +1,13 @@
 """The raw `input` of a custom tool call, read from the JSON argument text the tool-call parsers stream.
 
 The parsers spell a call's arguments `{"input": "…", …}` when its first parameter is `input` with a
-string value. Then the decoded string is released as it forms (an escape is held until it is whole) and
-is the input. Any other argument text is released as it comes and is itself the input, as the reference
-reports it. `value()` reads the finished arguments the same way: the `input` member when it is a string,
-otherwise the whole text (so the released pieces always add up to `value()`, even for a cut-off call).
+string value. Then the decoded string is released as it forms (an escape is held until it is whole; one
+cut off by the end of the output is released as written) and is the input. Any other argument text is released as it comes and is itself the input, as the reference
+reports it (an `input` that is not the first member, or not a string, leaves the whole text). The released
+pieces always add up to `value()`, even for a cut-off call.
 """
 
 from __future__ import annotations
-
-import json
-from typing import Any
 
 PREFIX = '{"input": "'
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
@@ -47,19 +44,17 @@ class CustomInput:
         if self._mode == "prefix":  # a prefix of the string form, never completed
             self._mode = "whole"
             return self._text
+        if self._mode == "string" and self._pos < len(self._text):  # a cut-off escape, as written
+            tail = self._text[self._pos :]
+            self._pos = len(self._text)
+            self._decoded.append(tail)
+            return tail
         return ""
 
     def value(self) -> str:
-        text = "".join(self._buf)
-        try:
-            parsed: Any = json.loads(text)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict) and isinstance(parsed.get("input"), str):
-            return str(parsed["input"])
         if self._mode in ("string", "done"):
             return "".join(self._decoded)
-        return text
+        return "".join(self._buf)
 
     def _decode(self) -> str:
         s = self._text
@@ -87,19 +82,26 @@ class CustomInput:
                 continue
             if i + 6 > len(s):
                 break
-            code = int(s[i + 2 : i + 6], 16)
-            if 0xD800 <= code < 0xDC00:  # a surrogate pair is released whole
-                if i + 12 > len(s):
+            code = _hex(s[i + 2 : i + 6])
+            if code is not None and 0xD800 <= code < 0xDC00:  # a surrogate pair is released whole
+                rest = s[i + 6 : i + 12]
+                if len(rest) < 6 and "\\u".startswith(rest[:2]):  # its low half may still come
                     break
-                if s[i + 6 : i + 8] == "\\u":
-                    low = int(s[i + 8 : i + 12], 16)
-                    if 0xDC00 <= low < 0xE000:
-                        out.append(chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)))
-                        i += 12
-                        continue
-            out.append(chr(code))
+                low = _hex(rest[2:]) if rest.startswith("\\u") else None
+                if low is not None and 0xDC00 <= low < 0xE000:
+                    out.append(chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)))
+                    i += 12
+                    continue
+            # a lone surrogate (no UTF-8 spelling) or a malformed escape stays as written
+            out.append(s[i : i + 6] if code is None or 0xD800 <= code < 0xE000 else chr(code))
             i += 6
         self._pos = i
         piece = "".join(out)
         self._decoded.append(piece)
         return piece
+
+
+def _hex(digits: str) -> int | None:
+    if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+        return None
+    return int(digits, 16)

@@ -9,6 +9,7 @@ text or token feeds split at random, and the finish reason (a call cut off by `l
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -94,3 +95,24 @@ def test_a_custom_call_is_a_custom_tool_call_item(differential: Any, v4_tokenize
     assert len(deltas) > 1 and "".join(deltas) == patch
     (done,) = [e["data"] for e in ours["events"] if e["event"] == "response.custom_tool_call_input.done"]
     assert done["input"] == patch
+
+
+@given(args=st.sampled_from(['{"input": "a\\ud83d\\nb"}', '{"input": "a\\udc00b"}', '{"input": "a\\ud83d"}',
+                             '{"input": "\\uZZZZ!"}', '{"input": "\\ud83d\\ude00 ok"}', '{"input": "cut \\u00',
+                             '{"input": 3}', '{"extra": "x", "input": "P"}', '{"inp']),
+       cuts=st.lists(st.integers(0, 40), max_size=6))
+def test_custom_input_pieces_add_up_to_the_input(args: str, cuts: list[int]) -> None:
+    """Lone surrogates and malformed escapes stay as written (they have no UTF-8 spelling to stream)."""
+    from recipe.stream.custom_input import CustomInput
+
+    reader = CustomInput()
+    bounds = sorted({0, len(args), *(c for c in cuts if c < len(args))})
+    pieces = [reader.feed(args[a:b]) for a, b in itertools.pairwise(bounds)] + [reader.finish()]
+    value = reader.value()
+    assert "".join(pieces) == value
+    value.encode("utf-8")  # always sendable
+    expected = {'{"input": "a\\ud83d\\nb"}': "a\\ud83d\nb", '{"input": "\\ud83d\\ude00 ok"}': "😀 ok",
+                '{"input": 3}': '{"input": 3}', '{"extra": "x", "input": "P"}': '{"extra": "x", "input": "P"}',
+                '{"input": "cut \\u00': "cut \\u00", '{"inp': '{"inp'}
+    if args in expected:
+        assert value == expected[args]
