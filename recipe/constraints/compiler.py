@@ -130,6 +130,9 @@ def _compile_lark(spec: Any, norm: Any, vocab: Vocabulary, strict: bool, t0: flo
 
 
 _MAX_LOOSENING_STEPS = 16
+# refusals a schema without Recipe's negation rewrites may avoid (they grow it, and a negated branch may put
+# sibling keywords beside a recursive reference)
+_RENORMALISE_ON = ("too large", "too big", "circular references with sibling keys")
 
 
 def _compile_loosening(backend: Backend, norm: Normalized, vocab: Vocabulary, spec: Any,
@@ -146,7 +149,7 @@ def _compile_loosening(backend: Backend, norm: Normalized, vocab: Vocabulary, sp
             if step is not None:
                 norm.schema = step[0]
                 norm.loosened |= step[1]
-            elif ("too large" in exc.message or "too big" in exc.message) and norm.negations:
+            elif any(m in exc.message for m in _RENORMALISE_ON) and norm.negations:
                 norm = normalize(spec, resources, negations=ladder[0], all_defs=True)
                 ladder = ladder[1:] or [False]
             else:

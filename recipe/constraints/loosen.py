@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from recipe.constraints.drafts import SCHEMA_LISTS, SCHEMA_MAPS, SCHEMA_ONE
 
@@ -53,12 +54,45 @@ def _close(p: str, i: int) -> int | None:
     return None
 
 
+_CONTROLS = [chr(c) for c in range(32) if c != 10]  # newline aside: see `_escape_safe_class`
+
+
+class EscapeFix:
+    """Off switch of `_escape_safe_class` (the backend then gets the class as written)."""
+
+    enabled: ClassVar[bool] = True
+
+
+def _escape_safe_class(cls: str) -> str | None:
+    """A character class (Rust syntax, `[...]`) the backend reads right inside a JSON string.
+
+    The backend, given a class that admits every control character (newline included or not), also admits
+    both `\\"` and `\\\\` there (measured with llguidance 1.9.1: `[^\\\\]` passes a backslash, `[^"]` and
+    `[^"\\n]` a quote; `[^"\\x00]` and `[^"\\t]` are read right). A negated class that admits every control
+    character but newline, and not both of `"` and `\\`, therefore also excludes NUL (`\\x00`):
+    a subset, which only refuses a raw NUL there. A positive class of that kind returns None (the pattern is
+    then post-checked). A negated class Python's `re` cannot read also excludes NUL; any other is unchanged."""
+    if not EscapeFix.enabled:
+        return cls
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rx = re.compile(cls)
+    except (re.error, OverflowError, RecursionError):
+        return "[^\\x00" + cls[2:] if cls.startswith("[^") else cls  # unread (e.g. `\\p{..}`): NUL out, to be safe
+    if not all(rx.fullmatch(c) for c in _CONTROLS) or (rx.fullmatch('"') and rx.fullmatch("\\")):
+        return cls
+    if cls.startswith("[^"):
+        return "[^\\x00" + cls[2:]
+    return None
+
+
 def translate_regex(p: str) -> tuple[str, bool] | None:
     """(Rust-syntax regex, exact) for an ECMA-262 pattern; exact is False when assertions were removed
     (the result matches a superset). None when the pattern cannot be read."""
     out: list[str] = []
     exact = True
-    i, in_class = 0, False
+    i, in_class, class_at = 0, False, 0
     while i < len(p):
         c = p[i]
         if c == "\\":
@@ -74,11 +108,20 @@ def translate_regex(p: str) -> tuple[str, bool] | None:
         if in_class:
             if c == "]":
                 in_class = False
+                fixed = _escape_safe_class("".join(out[class_at:]) + "]")
+                if fixed is None:
+                    exact = False
+                elif fixed != "".join(out[class_at:]) + "]":
+                    del out[class_at:]
+                    out.append(fixed)
+                    i += 1
+                    continue
             out.append("\\" + c if c in "[&~" else c)  # literal in ECMA, set syntax in Rust
             i += 1
             continue
         if c == "[":
             in_class = True
+            class_at = len(out)
             out.append(c)
             i += 1
             if p[i : i + 1] == "^":

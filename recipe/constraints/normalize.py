@@ -21,14 +21,16 @@ import copy
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from recipe.constraints.bundle import bundle, merge_ref_siblings
+from recipe.constraints.disjoint import pairwise_disjoint
 from recipe.constraints.kinds import ConstraintError
 from recipe.constraints.loosen import prepare
 
@@ -40,6 +42,7 @@ ANNOTATIONS = frozenset({
 APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "$ref", "$dynamicRef")
 _TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
 _MAX_BRANCHES = 64
+_MAX_DISJOINT = 128  # oneOf branches checked pairwise for disjointness
 
 
 @dataclass
@@ -51,6 +54,22 @@ class Normalized:
     negations: bool = True
     keep_defs: bool = False
     loosened: set[str] = field(default_factory=set)  # keywords the result enforces less strictly
+    defs: dict[str, Any] = field(default_factory=dict, repr=False)  # the bundled `$defs`, for `disjoint` proofs
+
+
+class Rewrites:
+    """Off switches of the rewrites added after the differential soundness sweep; each is exact, and its test
+    compares masks and verdicts with the switch off."""
+
+    # merge `patternProperties` with the other side's `properties`/`patternProperties` when neither is closed
+    merge_pattern_properties: ClassVar[bool] = True
+    # bundle `$ref`s into the draft 04/06/07 metaschemas from `jsonschema_specifications`
+    metaschemas: ClassVar[bool] = True
+    # negate any enum/const of scalars, strings included (`_negate_values`); off: only all-null, all-number
+    # and all-boolean enums
+    negate_mixed_enums: ClassVar[bool] = True
+    # a `oneOf` whose branches are pairwise disjoint (`disjoint.pairwise_disjoint`) as their `anyOf`
+    disjoint_one_of: ClassVar[bool] = True
 
 
 class _Recursive(Exception):
@@ -79,7 +98,7 @@ def normalize(schema: Any, resources: dict[str, Any] | None = None, *, negations
             out.recursive = True
             return out  # recursive dynamic schemas go to the backend as written
     else:
-        b = bundle(schema, resources, all_defs)
+        b = bundle(schema, with_metaschemas(schema, resources), all_defs)
         inlined = b.result  # type: ignore[attr-defined]
         out.unresolved_refs = b.unresolved
         out.loosened |= b.dropped
@@ -92,6 +111,7 @@ def normalize(schema: Any, resources: dict[str, Any] | None = None, *, negations
     if not negations:
         out.loosened |= {k for k in ("if", "then", "else", "not", "oneOf") if f'"{k}"' in text}
     defs = inlined.pop("$defs", None) if isinstance(inlined, dict) and not out.keep_defs else None
+    out.defs = defs if isinstance(defs, dict) else {}
     try:
         out.schema = _simplify(inlined, out)
         if defs:
@@ -107,6 +127,25 @@ def normalize(schema: Any, resources: dict[str, Any] | None = None, *, negations
 
 
 # ---------------------------------------------------------------------------------------------- $ref
+
+# drafts whose metaschemas are plain (no `$recursiveRef`/`$dynamicRef`): a `$ref` into one can be bundled
+_PLAIN_METASCHEMAS = ("http://json-schema.org/draft-04/schema", "http://json-schema.org/draft-06/schema",
+                      "http://json-schema.org/draft-07/schema")
+_METASCHEMA_REF = re.compile(r'"\$ref": "(https?://json-schema\.org/draft-0[467]/schema)#?[^"]*"')
+
+
+def with_metaschemas(schema: Any, resources: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`resources` plus the draft 04/06/07 metaschemas the schema's `$ref`s name (the copies `jsonschema` itself
+    validates with, from `jsonschema_specifications`), so those references resolve instead of being left to the
+    backend; a resource the caller supplies under the same URI wins."""
+    if not Rewrites.metaschemas:
+        return resources
+    found = set(_METASCHEMA_REF.findall(json.dumps(schema))) & set(_PLAIN_METASCHEMAS)
+    if not found:
+        return resources
+    from jsonschema_specifications import REGISTRY
+
+    return {**{uri: REGISTRY.contents(uri) for uri in sorted(found)}, **(resources or {})}
 
 
 class _Inliner:
@@ -198,7 +237,7 @@ def _simplify(s: Any, out: Normalized) -> Any:
             conj.append({"anyOf": [{"properties": {key: False}}, {"allOf": [{"required": [key]}, sub]}]})
         out.rewritten.add("dependentSchemas")
     if "if" in s and out.negations:
-        neg = negate(s["if"])
+        neg = negate(s["if"], strings=not out.keep_defs)
         if neg is not None:
             cond, then, els = s.pop("if"), s.pop("then", True), s.pop("else", True)
             conj.append({"anyOf": [{"allOf": [cond, then]}, {"allOf": [neg, els]}]})
@@ -214,7 +253,7 @@ def _simplify(s: Any, out: Normalized) -> Any:
     elif "if" not in s:
         s.pop("then", None), s.pop("else", None)
     if "not" in s and out.negations:
-        neg = negate(s["not"])
+        neg = negate(s["not"], strings=not out.keep_defs)
         if neg is not None:
             del s["not"]
             conj.append(neg)
@@ -229,9 +268,18 @@ def _simplify(s: Any, out: Normalized) -> Any:
             s.pop("propertyNames")
             s.update(names)
             out.rewritten.add("propertyNames")
+    if Rewrites.disjoint_one_of and isinstance(s.get("oneOf"), list) and 1 < len(s["oneOf"]) <= _MAX_DISJOINT \
+            and pairwise_disjoint(s["oneOf"], out.defs):
+        # no instance satisfies two branches: exactly one holding is any holding
+        branches = s.pop("oneOf")
+        if isinstance(s.get("anyOf"), list):
+            conj.append({"anyOf": branches})
+        else:
+            s["anyOf"] = branches
+        out.rewritten.add("oneOf")
     if isinstance(s.get("oneOf"), list) and len(s["oneOf"]) <= 8 and out.negations:
         branches = s["oneOf"]
-        negs = [negate(b) for b in branches]
+        negs = [negate(b, strings=not out.keep_defs) for b in branches]
         if all(n is not None for n in negs):
             s.pop("oneOf")
             conj.append({"anyOf": [
@@ -426,7 +474,7 @@ def _intersect_types(a: Any, b: Any) -> list[str]:
     return [t for t in _TYPES if t in res]
 
 
-_OBJECT_SHAPE = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+_OBJECT_CLOSERS = ("additionalProperties", "unevaluatedProperties")
 _ARRAY_SHAPE = ("prefixItems", "items", "unevaluatedItems", "contains")
 
 
@@ -434,15 +482,21 @@ def _merge_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | Litera
     """Exact merge of two schemas' keywords, or None when they do not combine exactly."""
     if "$ref" in a or "$ref" in b:
         return None  # a reference to a `$defs` entry stays a reference (it may be recursive)
-    # object shape keywords depend on the sibling `properties`; only merge when one side is plain
-    a_shape = any(k in a for k in _OBJECT_SHAPE)
-    b_shape = any(k in b for k in _OBJECT_SHAPE)
+    # additionalProperties/unevaluatedProperties depend on the sibling `properties`/`patternProperties`: only
+    # merge when the other side names no keys; `patternProperties` alone applies to every matching key whether
+    # or not `properties` lists it, so two open sides merge exactly (patterns united, a shared one intersected)
+    a_closed = any(k in a for k in _OBJECT_CLOSERS)
+    b_closed = any(k in b for k in _OBJECT_CLOSERS)
+    a_names = a_closed or "properties" in a or "patternProperties" in a
+    b_names = b_closed or "properties" in b or "patternProperties" in b
     # `a` (the parent) with only unevaluatedProperties sees what `b` evaluates: merging keeps that exact
     a_uneval_only = "unevaluatedProperties" in a and "additionalProperties" not in a
     b_open = "additionalProperties" not in b and "unevaluatedProperties" not in b
-    if not (a_uneval_only and b_open) and (
-        (a_shape and ("properties" in b or b_shape)) or (b_shape and ("properties" in a or a_shape))
-    ):
+    if not (a_uneval_only and b_open) and ((a_closed and b_names) or (b_closed and a_names)):
+        return None
+    if not Rewrites.merge_pattern_properties and "patternProperties" in a and ("properties" in b or "patternProperties" in b):
+        return None
+    if not Rewrites.merge_pattern_properties and "patternProperties" in b and ("properties" in a or "patternProperties" in a):
         return None
     both_arrays = any(k in a for k in _ARRAY_SHAPE) and any(k in b for k in _ARRAY_SHAPE)
     tuples = (isinstance(a.get("prefixItems"), list) and isinstance(b.get("prefixItems"), list)
@@ -490,6 +544,11 @@ def _merge_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | Litera
             for pk, pv in v.items():
                 props[pk] = merge_all([props[pk], pv]) if pk in props else pv
             m[k] = props
+        elif k == "patternProperties" and isinstance(cur, dict) and isinstance(v, dict):
+            pats = dict(cur)
+            for pk, pv in v.items():
+                pats[pk] = merge_all([pats[pk], pv]) if pk in pats else pv
+            m[k] = pats
         elif k == "prefixItems" and isinstance(cur, list) and isinstance(v, list):
             # position i must satisfy both tuples' schemas; the longer tuple's extra positions carry over
             n = max(len(cur), len(v))
@@ -541,6 +600,40 @@ def merge_all(schemas: list[Any]) -> Any:
 # -------------------------------------------------------------------------------------------- negate
 
 
+def _negate_values(vals: list[Any]) -> list[Any] | None:
+    """The values outside an enum, type by type: the missing null/booleans, the open intervals between the
+    listed numbers, the strings off the listed ones (`string_complement.not_in`); None when the enum lists an
+    object or array (their complement has no spelling without `not`)."""
+    from recipe.constraints.string_complement import not_in
+
+    if any(isinstance(x, dict | list) for x in vals):
+        return None
+    whole = ["object", "array"]  # types none of whose values is listed
+    parts: list[Any] = []
+    if not any(x is None for x in vals):
+        whole.append("null")
+    bools = [x for x in vals if isinstance(x, bool)]
+    if not bools:
+        whole.append("boolean")
+    parts += [{"const": b} for b in (True, False) if bools and b not in bools]
+    nums = sorted({float(x) for x in vals if _num(x)})
+    if not nums:
+        whole.append("number")
+    else:
+        parts.append({"type": "number", "exclusiveMaximum": nums[0]})
+        parts += [{"type": "number", "exclusiveMinimum": a, "exclusiveMaximum": b} for a, b in itertools.pairwise(nums)]
+        parts.append({"type": "number", "exclusiveMinimum": nums[-1]})
+    strs = [x for x in vals if isinstance(x, str)]
+    if not strs:
+        whole.append("string")
+    else:
+        rx = not_in(strs)
+        if rx is None:
+            return None
+        parts.append({"type": "string", "pattern": rx})
+    return [{"type": whole}, *parts]
+
+
 def _complement_types(ts: set[str]) -> list[str] | None:
     if "integer" in ts and "number" not in ts:
         return None  # "a number that is not an integer" has no JSON Schema spelling without `not`
@@ -548,8 +641,10 @@ def _complement_types(ts: set[str]) -> list[str] | None:
         t == "number" and "number" in ts)]
 
 
-def negate(s: Any) -> Any | None:
-    """A schema valid exactly where `s` is invalid, or None when the keywords have no exact negation."""
+def negate(s: Any, *, strings: bool = True) -> Any | None:
+    """A schema valid exactly where `s` is invalid, or None when the keywords have no exact negation.
+    `strings=False`: no negation of string enums (schemas with `$dynamicRef`, whose `$id`s the negation's
+    merge would reorder)."""
     if s is True:
         return False
     if s is False:
@@ -560,7 +655,7 @@ def negate(s: Any) -> Any | None:
     for k, v in s.items():
         if k in ANNOTATIONS:
             continue
-        n = _negate_keyword(k, v, s)
+        n = _negate_keyword(k, v, s, strings)
         if n is None:
             return None
         parts.extend(n)
@@ -569,7 +664,7 @@ def negate(s: Any) -> Any | None:
     return parts[0] if len(parts) == 1 else {"anyOf": parts}
 
 
-def _negate_keyword(k: str, v: Any, s: dict[str, Any]) -> list[Any] | None:
+def _negate_keyword(k: str, v: Any, s: dict[str, Any], strings: bool) -> list[Any] | None:
     if k == "type":
         comp = _complement_types(_types(v) or set())
         if comp is None:
@@ -580,7 +675,7 @@ def _negate_keyword(k: str, v: Any, s: dict[str, Any]) -> list[Any] | None:
     if k == "properties" and isinstance(v, dict):
         res = []
         for p, sub in v.items():
-            n = negate(sub)
+            n = negate(sub, strings=strings)
             if n is None:
                 return None
             if n is not False:
@@ -608,10 +703,11 @@ def _negate_keyword(k: str, v: Any, s: dict[str, Any]) -> list[Any] | None:
             return None
         if not vals:
             return [True]
+        if Rewrites.negate_mixed_enums and strings:
+            return _negate_values(vals)
         if all(x is None for x in vals):
             return [{"type": ["boolean", "object", "array", "number", "string"]}]
         if all(_num(x) for x in vals):
-            # numbers other than the listed ones: the open intervals between them
             pts = sorted({float(x) for x in vals})
             gaps: list[Any] = [{"type": "number", "exclusiveMaximum": pts[0]}]
             gaps += [{"type": "number", "exclusiveMinimum": a, "exclusiveMaximum": b} for a, b in itertools.pairwise(pts)]
@@ -622,12 +718,12 @@ def _negate_keyword(k: str, v: Any, s: dict[str, Any]) -> list[Any] | None:
             return [{"type": ["null", "object", "array", "number", "string"]}, *[{"const": b} for b in missing]]
         return None
     if k == "anyOf" and isinstance(v, list):
-        ns = [negate(x) for x in v]
+        ns = [negate(x, strings=strings) for x in v]
         if any(n is None for n in ns):
             return None
         return [merge_all(ns)]
     if k == "allOf" and isinstance(v, list):
-        ns = [negate(x) for x in v]
+        ns = [negate(x, strings=strings) for x in v]
         if any(n is None for n in ns):
             return None
         return [{"anyOf": ns}] if ns else []

@@ -243,7 +243,8 @@ def generate_valid(schema: Any, n: int, seed: int, budget_s: float = 5.0) -> lis
     try:
         with warnings.catch_warnings(), _deadline(budget_s):
             warnings.simplefilter("ignore")
-            strat = from_schema(schema, allow_x00=False, codec="utf-8")
+            # a copy: hypothesis-jsonschema resolves `$ref`s in the schema it is given, in place
+            strat = from_schema(copy.deepcopy(schema), allow_x00=False, codec="utf-8")
             for _ in range(4 * n + 4):
                 if len(got) >= n:
                     break
