@@ -170,7 +170,7 @@ def dsml_calls(calls: list[tuple[str, str]]) -> str:
 def sse(text: str) -> list[dict[str, Any]]:
     import json
 
-    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    return [json.loads(line[6:]) for line in text.split("\n") if line.startswith("data: {")]
 
 
 @settings(max_examples=25, deadline=None)
