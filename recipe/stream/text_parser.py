@@ -8,7 +8,8 @@ Fed one backend chunk at a time, `OutputTextParser` returns the `Piece`s that ar
   when thinking is off, but not for `ContentContinuation`); a dropped newline ends the output only for
   the stop sequence `"\n"` itself. Any later `</think>` is removed, and no match spans it.
 * The first tool-call opener (`<｜DSML｜`, or `<tool_call>` for ChatML) in reasoning or content starts the
-  tool-call region; newlines directly before it are dropped.
+  tool-call region; newlines directly before it are dropped. DeepSeek-R1 (`deepseek_r1`) has `</think>`
+  and no tool-call opener.
 * Stop sequences apply to content only (in JSON mode to the JSON text only, see `json_mode`). The match
   that ends first wins; at a tie a stop sequence beats `</think>` and the tool opener, and the stop
   listed first beats the others. Nothing after the stop leaks.
@@ -34,7 +35,7 @@ from recipe.stream.pieces import ContentPiece, Piece, ReasoningPiece
 from recipe.stream.token_markers import DSML_SENTINEL, THINK_END_SENTINEL, unmask
 
 THINK_END = "</think>"
-OutputFormat = Literal["deepseek_v4", "deepseek_v41", "chatml"]
+OutputFormat = Literal["deepseek_v4", "deepseek_v41", "deepseek_r1", "chatml"]
 LogprobEntries = tuple[dict[str, Any], ...] | None
 _Segment = tuple[str, LogprobEntries]
 
@@ -56,7 +57,7 @@ class OutputMarkup:
     """The spellings the parser looks for in one model family's output."""
 
     think_end: str | None
-    tool_open: str
+    tool_open: str | None
 
     @staticmethod
     def for_format(output_format: str) -> OutputMarkup:
@@ -64,7 +65,10 @@ class OutputMarkup:
             return OutputMarkup(think_end=None, tool_open="<tool_call>")
         if output_format in ("deepseek_v4", "deepseek_v41"):
             return OutputMarkup(think_end=THINK_END, tool_open=DSML_OPEN)
-        raise ValueError(f"unknown output format {output_format!r}: expected deepseek_v4, deepseek_v41 or chatml")
+        if output_format == "deepseek_r1":  # R1's reasoning split is V4's; it has no tool-call markup
+            return OutputMarkup(think_end=THINK_END, tool_open=None)
+        raise ValueError(f"unknown output format {output_format!r}: expected deepseek_v4, deepseek_v41, "
+                         "deepseek_r1 or chatml")
 
 
 _REASONING, _CONTENT, _TOOLS, _DONE = range(4)
