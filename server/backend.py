@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 
 from recipe.tokenizer import Tokenizer, load_deepseek_v4_tokenizer
 
-ChatFormat = Literal["chatml", "deepseek_v4", "deepseek_v41"]
+ChatFormat = Literal["chatml", "deepseek_v4", "deepseek_v41", "deepseek_r1"]
 # "dead_end": the output constraint allowed no token (or refused the sampled one) before it could end.
 FinishReason = Literal["stop", "length", "content_filter", "abort", "dead_end"]
 

@@ -165,7 +165,10 @@ class Pipeline:
         """The served model's prompt (`RenderedPrompt`) for a converted request."""
         fmt = self.backend.model.chat_format
         self.parts.require(fmt)
-        return getattr(self.parts, fmt).render(request.conversation)
+        try:
+            return getattr(self.parts, fmt).render(request.conversation)
+        except ValueError as exc:  # what the prompt format cannot express (DeepSeek-R1: tools, tool turns)
+            raise ApiError(400, str(exc), param="tools" if request.conversation.tools else "messages") from None
 
     def encode(self, request: Any, rendered: Any = None) -> list[int]:
         """Prompt token ids of a converted request, rendered by the served model's codec."""
@@ -181,8 +184,13 @@ class Pipeline:
     def _parse_from_output_start(self, request: Any, rendered: Any) -> Any:
         """A required tool call starts inside the tool-call block only if the prompt opened it. The ChatML
         prompt does not (the constrained output itself begins with `<tool_call>`), so parsing then starts
-        at the top of the output."""
+        at the top of the output. Likewise reasoning: a DeepSeek-R1 prompt that closed it (a JSON or regex
+        answer) is answered without reasoning."""
         po = request.parsing_options
+        stage = po.thinking_initial_stage
+        if (self.backend.model.chat_format == "deepseek_r1" and stage is not None and stage.starts_in_reasoning()
+                and rendered.prompt.endswith(self.parts.deepseek_r1.ANSWER_PROMPT)):
+            return dataclasses.replace(request, parsing_options=dataclasses.replace(po, thinking_initial_stage=None))
         if (self.backend.model.chat_format == "chatml" and po.starts_in_tool_calls
                 and not rendered.prompt.rstrip().endswith("<tool_call>")):
             return dataclasses.replace(request, parsing_options=dataclasses.replace(po, starts_in_tool_calls=False))
@@ -207,7 +215,8 @@ class Pipeline:
             oc = dataclasses.replace(oc, schema=closed_tool_arguments(oc.schema))
         constraints = self.parts.constraints
         fmt = self.backend.model.chat_format
-        tool_format = {"chatml": "chatml", "deepseek_v4": "dsml_v4", "deepseek_v41": "dsml_v41"}[fmt]
+        tool_format = {"chatml": "chatml", "deepseek_v4": "dsml_v4", "deepseek_v41": "dsml_v41",
+                       "deepseek_r1": None}[fmt]  # R1 has no tool-call format: tools are refused at rendering
         thinking = fmt != "chatml" and request.parsing_options.thinking_initial_stage is not None
         single = single_tool_call and oc.kind in ("tool_call", "tool_call_required")
         key = (oc, thinking, single)

@@ -21,6 +21,7 @@ _MODULES = {
     "chatml": "recipe.codecs.chatml",
     "deepseek_v4": "recipe.codecs.deepseek_v4",
     "deepseek_v41": "recipe.codecs.deepseek_v41",
+    "deepseek_r1": "recipe.codecs.deepseek_r1",
 }
 
 
