@@ -8,18 +8,21 @@ http://127.0.0.1:8000. SIGINT/SIGTERM stop accepting, let in-flight requests fin
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from recipe.server.backend import Backend, EchoBackend, echo_model_card
+from recipe.server.backend import Backend, ChatFormat, EchoBackend, echo_model_card
 from recipe.server.config import ServerConfig, default_responses_db
 from recipe.server.disagg_front import add_disagg_args, build_disagg_backend, disagg_requested
 from recipe.server.kv_flags import add_kv_args, kv_engine_config, kv_server_config
 from recipe.server.malloc_arenas import limit_malloc_arenas
 from recipe.server.swa_flags import add_swa_args, swa_engine_config
+
+CHAT_FORMATS: tuple[str, ...] = get_args(ChatFormat)
 
 EPILOG = """\
 authentication:
@@ -40,6 +43,9 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--model", default=None, metavar="NAME|PATH",
                    help="model to serve (default: the embedded SmolLM2-135M-Instruct demo model)")
+    p.add_argument("--chat-format", default=None, choices=CHAT_FORMATS,
+                   help="prompt format of the model, overriding the one read off its chat template (default: "
+                        "the checkpoint's: deepseek_r1 for a DeepSeek-R1-Distill template, else chatml)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY", help="accept this key (repeatable)")
@@ -288,6 +294,13 @@ def build_backend(args: argparse.Namespace) -> Backend:
     return EngineBackend(engine, name=default_model_name(args.model))
 
 
+def with_chat_format(backend: Backend, chat_format: str | None) -> Backend:
+    """`backend` serving its model in `chat_format` (`--chat-format`); None keeps the checkpoint's own."""
+    if chat_format is not None and chat_format != backend.model.chat_format:
+        backend.model = dataclasses.replace(backend.model, chat_format=chat_format)  # type: ignore[arg-type]
+    return backend
+
+
 def banner(config: ServerConfig, backend: Backend, names: tuple[str, ...]) -> str:
     from recipe import compiled_stream
 
@@ -332,7 +345,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     limit_malloc_arenas(config.malloc_arena_max)  # before the backend and the server start their threads
     try:
-        backend = build_backend(args)
+        backend = with_chat_format(build_backend(args), args.chat_format)
     except (TypeError, ValueError) as exc:  # an engine option out of range, named by the engine's config
         print(f"recipe serve: {exc}", file=sys.stderr)
         return 2

@@ -229,3 +229,20 @@ def test_the_engine_serves_the_gguf_with_the_r1_prompt(r1_gguf: Path, serve, car
     assert ((msg.model_extra or {}).get("reasoning_content") or "", msg.content or "") == \
         ("".join(reasoning), "".join(content))
     assert "".join(reasoning)  # the output starts inside the reasoning the prompt opened
+
+
+def test_the_chat_format_flag_overrides_the_checkpoints(backend: ScriptedR1) -> None:
+    import argparse
+
+    from recipe.server.cli_serve import add_parser, build_backend, with_chat_format
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--backend", "echo", "--chat-format", "deepseek_r1"])
+    echo = with_chat_format(build_backend(args), args.chat_format)
+    assert echo.model.chat_format == "deepseek_r1"  # the echo model's own is deepseek_v4
+    unset = parser.parse_args(["serve", "--backend", "echo"])
+    assert with_chat_format(build_backend(unset), unset.chat_format).model.chat_format == "deepseek_v4"
+    assert with_chat_format(backend, None).model.chat_format == "deepseek_r1"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--chat-format", "llama3"])
