@@ -10,15 +10,23 @@ Per engine: compiled %, valid accepted % (keys in schema order), invalid rejecte
 post-check it declares; others: by the mask), unsound (recipe: mask passed an invalid instance of a schema
 reported exact, or mask and post-check both passed it), compile ms p50/p99, mask µs p50/p99.
 
+`--states`: each mask time also by where in the document it was taken (`json_state`: start, inside a key or a
+value string, after `{`/`,`/`:`/`[`, after a value) and by the instance's index within its schema (the first
+instance meets the backend's lazily built lexer states cold); per state p50/p99 and its share of the masks above
+the overall p99. `--refusals`: compile only, and group the schemas the engine refuses by message and the
+keywords its reports list as post-checked or unsupported.
+
 Usage: .venv/bin/python bench/constraint_soundness.py [--seed N] [--limit N] [--engines recipe,llguidance,xgrammar]
-       [--json OUT]
+       [--json OUT] [--states] [--refusals]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -47,17 +55,100 @@ def compile_engine(engine: str, schema: Any, tok: Any) -> CompiledConstraint:
     return CompiledConstraint("json_schema", engine, handle, vocab, schema, None, schema, time.perf_counter() - t0)
 
 
-def walk(c: CompiledConstraint, ids: list[int], mask_us: list[float]) -> bool:
+def json_state(prefix: str) -> str:
+    """Where in a JSON document `prefix` ends: start, in-key, in-string, after-{ / after-, (object or array),
+    after-:, after-[, after-value."""
+    in_str = esc = key = False
+    last, stack = "", list[str]()
+    for ch in prefix:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str, last = False, "v"
+            continue
+        if ch == '"':
+            in_str, key = True, bool(stack) and stack[-1] == "{" and last in "{,"
+        elif ch in "{[":
+            stack.append(ch)
+            last = ch
+        elif ch in "}]":
+            if stack:
+                stack.pop()
+            last = "v"
+        elif ch in ",:":
+            last = ch
+        elif not ch.isspace():
+            last = "v"
+    if not prefix:
+        return "start"
+    if in_str:
+        return "in-key" if key else "in-string"
+    if last in "{,":
+        return f"after-{last} (" + ("object" if stack and stack[-1] == "{" else "array") + ")"
+    return {"v": "after-value", ":": "after-:", "[": "after-["}.get(last, "after-value")
+
+
+def walk(c: CompiledConstraint, ids: list[int], mask_us: list[float], states: list[str] | None = None,
+         tok: Any = None) -> bool:
     m = c.matcher()
     mask = c.allocate_bitmask()
+    prefix = ""
     for t in ids:
         t0 = time.perf_counter()
         m.fill_bitmask(mask)
         mask_us.append((time.perf_counter() - t0) * 1e6)
+        if states is not None:
+            states.append(json_state(prefix))
+            prefix += tok.decode([t])
         if not bitmask.is_allowed(mask, t) or not m.accept(t):
             return False
     m.fill_bitmask(mask)
     return bool(m.can_terminate() and any(bitmask.is_allowed(mask, e) for e in c.eos_token_ids))
+
+
+def print_states(mask_us: list[float], states: list[str], index: list[int]) -> None:
+    us = np.array(mask_us)
+    p99 = float(np.percentile(us, 99))
+    slow = max(int((us > p99).sum()), 1)
+    print(f"  mask µs by state (overall p99 {p99:.0f} µs; share = of the {slow} masks above it)")
+    for label, keys in (("state", states), ("instance", [f"#{min(i, 4)}{'+' if i >= 4 else ''}" for i in index])):
+        groups: dict[str, list[float]] = collections.defaultdict(list)
+        for k, u in zip(keys, mask_us, strict=True):
+            groups[k].append(u)
+        for k, v in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            a = np.array(v)
+            print(f"    {label} {k:22s} n {len(a):7d}  p50 {np.percentile(a, 50):6.1f}  p99 {np.percentile(a, 99):7.1f}  "
+                  f"above {100 * (a > 100).mean():4.1f}% >100µs  share {100 * (a > p99).sum() / slow:5.1f}%")
+
+
+def refusals(engine: str, pairs: list[tuple[str, Any]], tok: Any) -> None:
+    """Compile only: refusal messages grouped (digits as N), and the report's post-checked/unsupported keywords."""
+    msgs: collections.Counter[str] = collections.Counter()
+    example: dict[str, str] = {}
+    post: collections.Counter[str] = collections.Counter()
+    unsupported: collections.Counter[str] = collections.Counter()
+    compiled = exact = 0
+    for name, schema in pairs:
+        try:
+            c = compile_engine(engine, schema, tok)
+        except (ConstraintError, ValueError, RuntimeError) as exc:
+            m = re.sub(r"\d+", "N", str(getattr(exc, "message", exc)))[:110]
+            msgs[m] += 1
+            example.setdefault(m, name)
+            continue
+        compiled += 1
+        if c.report is not None:
+            exact += c.report.enforced_exactly
+            post.update(c.report.post)
+            unsupported.update(c.report.unsupported)
+    print(f"{engine}: {compiled} of {len(pairs)} compiled, {exact} reported exact")
+    for m, n in msgs.most_common():
+        print(f"  refused {n:4d}  {m}  (e.g. {example[m]})")
+    print("  post-checked: " + ", ".join(f"{k} {n}" for k, n in post.most_common()))
+    print("  unsupported: " + ", ".join(f"{k} {n}" for k, n in unsupported.most_common()))
 
 
 def main() -> None:
@@ -66,6 +157,8 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="a random sample of N schemas (0: all)")
     ap.add_argument("--engines", default="recipe,llguidance,xgrammar")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--states", action="store_true", help="mask time by document state and instance index")
+    ap.add_argument("--refusals", action="store_true", help="compile only: refusals and post-checked keywords")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     engines = args.engines.split(",")
@@ -74,9 +167,13 @@ def main() -> None:
     n_corpus = len(pairs)
     if args.limit:
         pairs = random.Random(seed).sample(pairs, min(args.limit, len(pairs)))
+    if args.refusals:
+        for e in engines:
+            refusals(e, pairs, tok)
+        return
     stats: dict[str, dict[str, Any]] = {e: {"compiled": 0, "exact": 0, "valid": 0, "valid_accepted": 0, "invalid": 0,
                                              "rejected": 0, "rejected_by_mask": 0, "unsound": 0, "compile_ms": [],
-                                             "mask_us": []} for e in engines}
+                                             "mask_us": [], "states": [], "index": []} for e in engines}
     generated = n_valid = n_invalid = 0
     unsound_cases: list[str] = []
     t_start = time.perf_counter()
@@ -98,8 +195,10 @@ def main() -> None:
             s["compiled"] += 1
             exact = bool(c.report is not None and c.report.enforced_exactly)
             s["exact"] += exact
-            for ok, text in texts:
-                passed = walk(c, tok.encode_plain(text), s["mask_us"])
+            for j, (ok, text) in enumerate(texts):
+                before = len(s["mask_us"])
+                passed = walk(c, tok.encode_plain(text), s["mask_us"], s["states"] if args.states else None, tok)
+                s["index"].extend([j] * (len(s["mask_us"]) - before))
                 if ok:
                     s["valid"] += 1
                     s["valid_accepted"] += passed
@@ -137,6 +236,8 @@ def main() -> None:
               f"rejected {100 * r['rejected_rate']:.1f}% (mask alone {100 * r['rejected_by_mask_rate']:.1f}%)  "
               f"unsound {r['unsound'] if e == 'recipe' else 'n/a'}  compile ms p50 {r['compile_ms_p50']:.1f} "
               f"p99 {r['compile_ms_p99']:.1f}  mask µs p50 {r['mask_us_p50']:.1f} p99 {r['mask_us_p99']:.1f}")
+        if args.states and s["mask_us"]:
+            print_states(s["mask_us"], s["states"], s["index"])
     for x in unsound_cases[:50]:
         print("  UNSOUND " + x)
     if args.json:

@@ -33,7 +33,7 @@ from recipe.constraints.limits import (
     check_size,
     run_with_timeout,
 )
-from recipe.constraints.loosen import after_error
+from recipe.constraints.loosen import after_error, explain
 from recipe.constraints.normalize import Normalized, normalize
 from recipe.constraints.report import SchemaReport, build_report
 from recipe.constraints.vocabulary import Vocabulary, vocabulary_of
@@ -153,7 +153,7 @@ def _compile_loosening(backend: Backend, norm: Normalized, vocab: Vocabulary, sp
                 norm = normalize(spec, resources, negations=ladder[0], all_defs=True)
                 ladder = ladder[1:] or [False]
             else:
-                raise
+                raise ConstraintError(explain(exc.message)) from None
     return backend.compile("json_schema", norm.schema, vocab, lenient=True), norm
 
 

@@ -224,6 +224,13 @@ def _valid(pattern: str) -> bool:
     return True
 
 
+def _remote_named(uri: str, message: str) -> bool:
+    """`message` names the document `uri` points at: as written, or (a relative reference the backend resolved
+    against its own base) with its leading `./` and `../` segments gone."""
+    tail = re.sub(r"^(?:\.\.?/)+", "", uri)
+    return uri in message or (tail != uri and f"/{tail}'" in message)
+
+
 def after_error(schema: Any, message: str) -> tuple[Any, set[str]] | None:
     """A looser schema for a backend refusal, or None when the message names nothing to loosen."""
     loosened: set[str] = set()
@@ -267,9 +274,20 @@ def after_error(schema: Any, message: str) -> tuple[Any, set[str]] | None:
         if loosened:
             return out, loosened
     if "not present in a registry" in message or "retrieving it failed" in message:
+        remote: list[str] = []
+
+        def find_remote(node: dict[str, Any]) -> dict[str, Any]:
+            if isinstance(node.get("$ref"), str) and not node["$ref"].startswith("#"):
+                remote.append(node["$ref"].split("#")[0])
+            return node
+
+        _walk(schema, find_remote)
+        if not any(_remote_named(uri, message) for uri in remote):
+            return None
+
         def drop_remote(node: dict[str, Any]) -> dict[str, Any]:
-            ref = node.get("$ref")
-            if isinstance(ref, str) and not ref.startswith("#") and ref.split("#")[0] in message:
+            # the named document and, as the backend fetches nothing, every other remote one
+            if isinstance(node.get("$ref"), str) and not node["$ref"].startswith("#"):
                 loosened.add("$ref")
                 return {k: v for k, v in node.items() if k != "$ref"}
             return node
@@ -285,3 +303,20 @@ def after_error(schema: Any, message: str) -> tuple[Any, set[str]] | None:
         out = _walk(schema, drop_bounds)
         return (out, loosened) if loosened else None
     return None
+
+
+_EXPLAINED = (
+    ("circular references with sibling keys", "a recursive `$ref` (`#/$defs/recipe_N` is Recipe's bundled copy of its "
+     "target) that the backend would have to intersect with sibling keywords or other anyOf/oneOf branches"),
+    ("schema too large", "the grammar is over the backend's size limit even with shared definitions and without "
+     "negation rewrites"),
+    ("intersection stack level exceeded", "allOf/$ref intersections nested deeper than the backend allows"),
+)
+
+
+def explain(message: str) -> str:
+    """The backend's refusal of a schema nothing is left to loosen in, with what it means for the schema."""
+    for phrase, meaning in _EXPLAINED:
+        if phrase in message:
+            return f"{message} ({meaning}; not even a loosened mask can be built for this schema)"
+    return message

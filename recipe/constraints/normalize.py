@@ -70,6 +70,8 @@ class Rewrites:
     negate_mixed_enums: ClassVar[bool] = True
     # a `oneOf` whose branches are pairwise disjoint (`disjoint.pairwise_disjoint`) as their `anyOf`
     disjoint_one_of: ClassVar[bool] = True
+    # `enum`/`const` beside other keywords as the enum of the values they accept (`_enum_filtered`)
+    filter_enums: ClassVar[bool] = True
 
 
 class _Recursive(Exception):
@@ -297,6 +299,10 @@ def _simplify(s: Any, out: Normalized) -> Any:
         s = merge_all([s, *[_simplify(c, out) for c in conj]])
         if s is False or s is True:
             return s
+    if Rewrites.filter_enums and out.negations:
+        s = _enum_filtered(s)
+        if s is False:
+            return s
     s = _distribute(s, out)
     if isinstance(s, dict):
         s = _unevaluated(s, out)
@@ -307,6 +313,28 @@ def _simplify(s: Any, out: Normalized) -> Any:
 
 
 _MAX_PUSHED_BYTES = 64 * 1024
+
+
+def _enum_filtered(s: dict[str, Any]) -> Any:
+    """`enum`/`const` beside other keywords as the enum of the listed values those keywords accept (`jsonschema`
+    decides, formats asserted as the post-check does), `false` when none: exact, and a value set the backend
+    needs no intersection for (`enum: [""]` beside a negated pattern is otherwise an error there). Left as is
+    when the other keywords hold a reference or unevaluated*, which need their context."""
+    vals = s["enum"] if "enum" in s else [s["const"]] if "const" in s else None
+    rest = {k: v for k, v in s.items() if k not in ("enum", "const") and k not in ANNOTATIONS}
+    if not isinstance(vals, list) or not rest or len(vals) > 256:
+        return s
+    text = json.dumps(rest)
+    if any(f'"{k}"' in text for k in ("$ref", "$dynamicRef", "unevaluatedProperties", "unevaluatedItems")):
+        return s
+    import jsonschema
+
+    try:
+        v = jsonschema.Draft202012Validator(rest, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        keep = [x for x in vals if v.is_valid(x)]
+    except Exception:  # a keyword value jsonschema cannot read: leave it to the backend and the post-check
+        return s
+    return {"enum": keep} if keep else False
 
 
 def _siblings_into_branches(s: dict[str, Any]) -> Any:
