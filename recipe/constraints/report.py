@@ -34,6 +34,8 @@ _KNOWN = KEYWORDS | ANNOTATIONS | NOT_CARRIED | {
 _MESSAGE_KEYWORDS = (("patternProperty", "patternProperties"), ("regex", "pattern"), ("look-around", "pattern"),
                      ("integer range", "minimum"), ("integer range", "maximum"), ("sibling keys", "$ref"),
                      ("min/maxProperties", "minProperties"), ("min/maxProperties", "maxProperties"))
+# older drafts' keywords and what `drafts.upgrade` writes them as: enforced wherever those are
+_UPGRADED = {"dependencies": ("dependentRequired", "dependentSchemas"), "additionalItems": ("items", "prefixItems")}
 _SCHEMA_MAPS = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions")
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
 _SCHEMA_ONE = ("additionalProperties", "items", "contains", "propertyNames", "unevaluatedProperties",
@@ -100,7 +102,7 @@ def build_report(original: Any, norm: Normalized, strict_error: str | None) -> S
     """Classify the original schema's keywords given the normalisation and the strict compile's outcome."""
     used = sorted(set(keywords(original)))
     remaining = set(keywords(norm.schema))
-    annotations = tuple(k for k in used if k in ANNOTATIONS or k not in _KNOWN)
+    annotations = tuple(k for k in used if k in ANNOTATIONS or k not in _KNOWN or k == "id")
     msg = re.sub(r"min/max(\w+)", r"min\1 max\1", strict_error or "")
     named = (set(re.findall(r"[$A-Za-z]+", msg)) | {k for p, k in _MESSAGE_KEYWORDS if p in (strict_error or "")}) \
         & set(used)
@@ -121,7 +123,8 @@ def build_report(original: Any, norm: Normalized, strict_error: str | None) -> S
             exact.append(k)
         elif k in remaining and (k in named or k not in MASK_KEYWORDS):
             post.append(k)
-        elif k in remaining or k in MASK_KEYWORDS or k in norm.rewritten:
+        elif k in remaining or k in MASK_KEYWORDS or k in norm.rewritten or \
+                any(u in remaining or u in norm.rewritten for u in _UPGRADED.get(k, ())):
             exact.append(k)
         else:
             post.append(k)
