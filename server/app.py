@@ -88,6 +88,7 @@ def create_app(config: ServerConfig, backend: Backend, *, parts: ProtocolParts |
         compile_timeout_s=config.constraint_compile_timeout_s, constraint_memo_bytes=config.constraint_memo_bytes,
         strict_reference=config.strict_reference, default_thinking_mode=config.default_thinking_mode,
         max_output_tokens=config.max_output_tokens, close_tool_objects=config.close_tool_objects,
+        close_within_limit=config.close_within_limit,
     )
     store = ResponseStore(config.responses_db)
     state = ServerState(config, backend, pipeline, metrics, store, names)

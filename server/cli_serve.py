@@ -108,6 +108,9 @@ def add_request_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--close-tool-objects", action=argparse.BooleanOptionalAction, default=True,
                    help="constrain tool-call arguments to the keys their schema declares where it leaves objects "
                         "open (always schema-valid; a small model otherwise may never close a forced call; default on)")
+    g.add_argument("--close-within-limit", action=argparse.BooleanOptionalAction, default=True,
+                   help="near max_tokens, end a constrained output (tool call, JSON) on a path that completes it "
+                        "instead of cutting it (strings cut short, optional parts left out; default on)")
     g.add_argument("--max-output-tokens", type=positive_int, default=8192, metavar="N",
                    help="no request generates more tokens; also the limit of a request that sets none (default 8192)")
 
@@ -262,7 +265,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         malloc_arena_max=args.malloc_arena_max, constraint_memo_bytes=int(args.constraint_memo_mib * 1024 * 1024),
         stream_stall_timeout_s=args.stream_stall_timeout, drain_timeout_s=args.drain_timeout, metrics_prefix=args.metrics_prefix,
         strict_reference=args.strict_reference, max_output_tokens=args.max_output_tokens,
-        close_tool_objects=args.close_tool_objects,
+        close_tool_objects=args.close_tool_objects, close_within_limit=args.close_within_limit,
         default_thinking_mode=None if args.default_thinking_mode is None else args.default_thinking_mode == "enabled",
         **kv_server_config(args),
     )

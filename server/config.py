@@ -57,6 +57,7 @@ class ServerConfig:
     default_thinking_mode: bool | None = None  # None: on for the DeepSeek prompt formats, off for ChatML (no markup)
     max_output_tokens: int = 8192  # no request generates more; it is also the limit of a request that sets none
     close_tool_objects: bool = True  # tool arguments take only declared keys (recipe.constraints.closed_objects)
+    close_within_limit: bool = True  # constrained outputs end complete within max_tokens (recipe.constraints.closing)
 
     def __post_init__(self) -> None:
         if self.max_body_bytes <= 0:

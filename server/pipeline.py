@@ -110,6 +110,7 @@ class Pipeline:
         default_thinking_mode: bool | None = None,
         max_output_tokens: int | None = None,
         close_tool_objects: bool = True,
+        close_within_limit: bool = True,
     ) -> None:
         self.parts = parts
         self.backend = backend
@@ -123,6 +124,7 @@ class Pipeline:
         self.compile_timeout_s = compile_timeout_s
         self.strict_reference = strict_reference
         self.close_tool_objects = close_tool_objects
+        self.close_within_limit = close_within_limit
         self.default_thinking_mode = default_thinking_mode
         self.max_output_tokens = max_output_tokens
         card = backend.model
@@ -267,6 +269,8 @@ class Pipeline:
         request = self._parse_from_output_start(request, rendered)
         max_tokens = self.resolve_max_tokens(request, len(prompt_ids))
         constraint = await self.compile_constraint(request, single_tool_call)
+        if constraint is not None and self.close_within_limit:
+            constraint = constraint.within_budget(max_tokens)  # ends complete instead of cut (constraints.closing)
         io = request.inference_options
         n = int(getattr(io, "n", 1) or 1)
         extras = extras or SamplingExtras()

@@ -25,6 +25,7 @@ class ConstraintRecipe:
     backend: str
     eos_token_ids: tuple[int, ...]
     resources: Any = None
+    budget: int | None = None  # `CompiledConstraint.within_budget`: close the output within this many tokens
 
     def matcher(self) -> Any:
         raise RuntimeError("a ConstraintRecipe must be compiled by the worker before use")
@@ -39,7 +40,9 @@ def to_wire(params: SamplingParams) -> SamplingParams:
     c = params.constraint
     if c is None or type(c).__name__ != "CompiledConstraint":
         return params
-    recipe = ConstraintRecipe(c.kind, c.spec, c.backend, tuple(c.eos_token_ids), (c.extra or {}).get("resources"))
+    extra = c.extra or {}
+    recipe = ConstraintRecipe(c.kind, c.spec, c.backend, tuple(c.eos_token_ids), extra.get("resources"),
+                              extra.get("budget"))
     return dataclasses.replace(params, constraint=recipe)
 
 
@@ -70,4 +73,6 @@ class ConstraintCache:
             while len(self._compiled) > self.capacity:
                 self._compiled.popitem(last=False)
         self._compiled.move_to_end(key)
+        if c.budget is not None:
+            compiled = compiled.within_budget(c.budget)
         return dataclasses.replace(params, constraint=compiled)

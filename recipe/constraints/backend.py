@@ -9,16 +9,21 @@ A backend compiles (kind, source, vocabulary) into a `GrammarHandle`; a handle m
   holds only the EOS ids. The engine therefore needs no EOS special case: sample from the mask.
 * **Rejection.** `accept(t)` of a disallowed id returns False and leaves the state unchanged.
 * **Rollback.** `rollback(n)` undoes the last n accepted ids (EOS included), for speculative decoding.
+* **Budget.** A matcher with a `budget` (`CompiledConstraint.within_budget(max_tokens)`) closes the output
+  before the budget runs out (`closing`): near the end, while the output cannot yet end, the mask holds only
+  the next token of a path that ends it. Without a budget the masks are the grammar's alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
 from recipe.constraints import bitmask
+from recipe.constraints.closing import BudgetCloser
 from recipe.constraints.kinds import ConstraintError
 from recipe.constraints.vocabulary import Vocabulary
 
@@ -102,11 +107,22 @@ class CompiledConstraint:
     def size_bytes(self) -> int:
         return int(self.handle.size_bytes)
 
+    @property
+    def budget(self) -> int | None:
+        """Tokens (EOS included) each matcher closes the output within; None: no closing."""
+        b = self.extra.get("budget")
+        return None if b is None else int(b)
+
+    def within_budget(self, max_tokens: int | None) -> CompiledConstraint:
+        """The same constraint whose matchers close the output within `max_tokens` (None: never)."""
+        return dataclasses.replace(self, extra={**self.extra, "budget": max_tokens})
+
     def matcher(self, *, reuse_string_masks: bool = True, reuse_format_masks: bool = True) -> Matcher:
         """A new per-request matcher. `reuse_string_masks=False` turns off the mask reuse inside JSON strings
         (`string_masks`, `format_masks`; same masks, each computed afresh); `reuse_format_masks=False` only the
         composed masks inside strings with a format or pattern (`format_masks`)."""
-        return Matcher(self, reuse_string_masks=reuse_string_masks, reuse_format_masks=reuse_format_masks)
+        return Matcher(self, reuse_string_masks=reuse_string_masks, reuse_format_masks=reuse_format_masks,
+                       budget=self.budget)
 
     def allocate_bitmask(self, batch: int | None = None) -> np.ndarray:
         return bitmask.allocate(self.vocab_size, batch)
@@ -128,16 +144,18 @@ class CompiledConstraint:
 class Matcher:
     """Per-request state over a `CompiledConstraint` (see the module docstring for the EOS contract)."""
 
-    __slots__ = ("_compiled", "_eos", "_eos_bits", "_eos_others", "_eos_probe", "_history", "_m", "_out", "_out_u32", "_out_words",
-                 "_terminated", "_words")
+    __slots__ = ("_closer", "_compiled", "_eos", "_eos_bits", "_eos_others", "_eos_probe", "_history", "_m", "_out",
+                 "_out_u32", "_out_words", "_searching", "_terminated", "_words")
 
     # Read "not accepting" from the backend's own EOS bit where it has one (`eos_probe`), instead of asking
     # the backend after every fill; off: always ask (tests prove the masks equal).
     eos_from_mask: ClassVar[bool] = True
 
     def __init__(self, compiled: CompiledConstraint, *, reuse_string_masks: bool = True,
-                 reuse_format_masks: bool = True) -> None:
+                 reuse_format_masks: bool = True, budget: int | None = None) -> None:
         self._compiled = compiled
+        self._closer = BudgetCloser(budget) if budget is not None else None
+        self._searching = False  # inside the closing search: masks are the grammar's, no bookkeeping
         self._m = compiled.handle.new_matcher()
         if reuse_string_masks and compiled.extra.get("track_strings"):
             from recipe.constraints.string_masks import StringTracker
@@ -179,8 +197,37 @@ class Matcher:
             view[:] = 0
             bitmask.set_allowed(view, self._eos)
             return
+        if self.closing_due() and self._close(view):
+            return
         self._m.fill(view)
         self._fix_eos(view, self._out_u32)
+
+    def closing_due(self) -> bool:
+        """The budget's end is near enough that `fill_bitmask` may force a closing path."""
+        closer = self._closer
+        return closer is not None and not self._searching and not self._terminated and closer.due(len(self._history))
+
+    def _close(self, view: np.ndarray) -> bool:
+        """Write the closing path's next token alone into `view` when the budget leaves no more room."""
+        assert self._closer is not None
+        self._searching = True
+        try:
+            token = self._closer.forced(self)
+        finally:
+            self._searching = False
+        if token is None:
+            return False
+        view[:] = 0
+        bitmask.set_allowed(view, (token,))
+        return True
+
+    def fill_grammar_mask(self, out: np.ndarray) -> None:
+        """`fill_bitmask` without the budget's closing (the closing search walks the grammar with it)."""
+        searching, self._searching = self._searching, True
+        try:
+            self.fill_bitmask(out)
+        finally:
+            self._searching = searching
 
     def fix_eos_bits(self, out: np.ndarray) -> None:
         """After the backend filled `out` (exactly ceil(V/32) words): EOS bits ⇔ can terminate."""
@@ -241,6 +288,8 @@ class Matcher:
         if drop:
             self._m.rollback(drop)
         del self._history[len(self._history) - n :]
+        if self._closer is not None and not self._searching:
+            self._closer.rolled_back(len(self._history))
 
     def can_terminate(self) -> bool:
         return self._terminated or self._m.accepting()
@@ -251,6 +300,10 @@ class Matcher:
     @property
     def backend_matcher(self) -> BackendMatcher:
         return self._m
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        return self._compiled.vocabulary
 
     @property
     def accepted_ids(self) -> tuple[int, ...]:

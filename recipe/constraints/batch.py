@@ -2,7 +2,8 @@
 
 `fill_bitmasks(matchers, out)` equals calling `matchers[i].fill_bitmask(out[i])` for every i (a test proves
 it); llguidance matchers are computed together on llguidance's thread pool (the GIL is released), others
-(and llguidance matchers whose mask is a copy: start state, inside a free string) one by one. `None` entries leave their row all-ones (an unconstrained sequence in the same batch).
+(and llguidance matchers whose mask is a copy: start state, inside a free string; or near their budget's end,
+`closing`) one by one. `None` entries leave their row all-ones (an unconstrained sequence in the same batch).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def fill_bitmasks(matchers: Sequence[Matcher | None], out: np.ndarray) -> None:
             out[i] = -1
             continue
         bm = m.backend_matcher
-        if isinstance(bm, LLBackendMatcher) and not bm.copies_mask and not m.is_terminated() and out.shape[1] == m._words:
+        if (isinstance(bm, LLBackendMatcher) and not bm.copies_mask and not m.is_terminated() and not m.closing_due()
+                and out.shape[1] == m._words):
             parallel.append((bm.raw, i))
             words = m._words
         else:
