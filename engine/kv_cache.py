@@ -16,9 +16,11 @@ Contract
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -65,8 +67,7 @@ class KVCache:
         self.specs = {s.kind: s for s in specs}
         self.num_blocks, self.block_size = num_blocks, block_size
         self.tensors = {
-            s.kind: torch.zeros((s.num_layers, s.planes, num_blocks, block_size, *s.token_shape),
-                                dtype=s.dtype or dtype, device=device)
+            s.kind: _zeros((s.num_layers, s.planes, num_blocks, block_size, *s.token_shape), s.dtype or dtype, device)
             for s in specs
         }
 
@@ -95,3 +96,12 @@ class KVCache:
         ids = torch.as_tensor(block_ids, dtype=torch.int64).to(device).reshape(-1)
         assert ids.numel() == 0 or (int(ids.min()) >= 0 and int(ids.max()) < self.num_blocks), "block id out of range"
         return ids
+
+
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """A zeroed cache tensor. On the CPU its pages come from calloc (numpy) and are resident only once written,
+    so a pool sized for the worst case costs memory as blocks are used, not at start; same zeros either way."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).view(shape)
