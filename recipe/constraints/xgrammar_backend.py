@@ -1,4 +1,4 @@
-"""xgrammar backend (optional extra `recipe[xgrammar]`; imports torch, so it is imported lazily).
+"""xgrammar backend (optional extra `recipe-serve[xgrammar]`; imports torch, so it is imported lazily).
 
 The tokenizer info is built from the byte view: added tokens blanked so xgrammar classes them as special
 (never allowed) — its own HF loader reports 0 special tokens on DeepSeek V4 and lets BOS/PAD into strings.
@@ -19,7 +19,7 @@ def _xgr() -> Any:
     try:
         import xgrammar
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ConstraintError(f"the xgrammar backend needs the optional extra recipe[xgrammar]: {exc}") from None
+        raise ConstraintError(f"the xgrammar backend needs the optional extra recipe-serve[xgrammar]: {exc}") from None
     return xgrammar
 
 

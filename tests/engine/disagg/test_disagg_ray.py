@@ -4,7 +4,7 @@ processes on this machine, 1 CPU and an 80 MB object store each): greedy outputs
 through it too (the checkpoint path is deleted once the workers loaded it, and a worker SIGKILLed after
 that restarts from the shipped copy), and the cluster is stopped by its own pids.
 
-Ray is a dev dependency (`recipe[cluster]` in the dev extra, installed by scripts/setup.sh), so this runs
+Ray is a dev dependency (`recipe-serve[cluster]` in the dev extra, installed by scripts/setup.sh), so this runs
 in the default suite: about 40-60 s on 2 busy cores, most of it the cluster starting.
 """
 
