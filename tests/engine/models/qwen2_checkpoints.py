@@ -35,12 +35,12 @@ def byte_symbols() -> list[str]:
 
 
 def make_hf_qwen2(seed: int, *, tied: bool, hidden: int = 256, inter: int = 512, layers: int = 2,
-                  rope_theta: float = 1000000.0) -> Any:
+                  rope_theta: float = 1000000.0, vocab: int = VOCAB) -> Any:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     cfg = Qwen2Config(
-        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-6,
         rope_parameters={"rope_type": "default", "rope_theta": rope_theta}, tie_word_embeddings=tied,
         bos_token_id=BOS, eos_token_id=EOS, use_sliding_window=False,
@@ -122,11 +122,14 @@ def _llama3_freq_factors(model: Any) -> np.ndarray:
 
 
 def write_qwen2_gguf(model: Any, path: Path, qtypes: dict[str, Any] | Any = None, *,
-                     chat_template: str = R1_TEMPLATE, pre: str = "deepseek-r1-qwen") -> Path:
+                     chat_template: str = R1_TEMPLATE, pre: str = "deepseek-r1-qwen",
+                     merges: tuple[str, ...] = ()) -> Path:
     """Write `model`'s weights as a qwen2 GGUF (a `transformers` Llama as a llama GGUF: Q/K rows permuted as
     llama.cpp does, llama3 RoPE as `rope_freqs.weight`). `qtypes`: one GGMLQuantizationType for every 2-D weight, or a
     {gguf-name suffix: type} map (e.g. {"attn_v.weight": Q6_K}) with "*" the default; None keeps F32.
-    1-D tensors (norms, biases) stay F32, as llama.cpp writes them."""
+    1-D tensors (norms, biases) stay F32, as llama.cpp writes them. Each of `merges` ("a b") appends the token "ab"
+    after the specials (the model's vocabulary must count them): llama.cpp refuses a BPE file without merges, and
+    gguf-py cannot write an empty array."""
     import gguf
     from kquant_encode import encode
 
@@ -144,10 +147,12 @@ def write_qwen2_gguf(model: Any, path: Path, qtypes: dict[str, Any] | Any = None
     w.add_file_type(1)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
-    tokens = byte_symbols() + R1_SPECIALS
+    merged = [m.replace(" ", "") for m in merges]
+    tokens = byte_symbols() + R1_SPECIALS + merged
+    assert len(tokens) == c.vocab_size, (len(tokens), c.vocab_size)
     w.add_token_list(tokens)
-    w.add_token_types([1] * 256 + [3] * len(R1_SPECIALS))
-    w.add_token_merges([])
+    w.add_token_types([1] * 256 + [3] * len(R1_SPECIALS) + [1] * len(merged))
+    w.add_token_merges(list(merges))
     w.add_bos_token_id(BOS)
     w.add_eos_token_id(EOS)
     w.add_chat_template(chat_template)
