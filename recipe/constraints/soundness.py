@@ -305,8 +305,9 @@ def mutate(value: Any, rng: random.Random) -> Any:
         node.append(copy.deepcopy(rng.choice(node)) if node and rng.random() < 0.5 else rng.choice(_JUNK))
         return v
     if isinstance(node, str) and r < 0.5:
-        sops: list[Any] = [node + rng.choice(["x", " ", "0", "\u00e9", "-"]), node[:-1], node.upper(), node * 3, "",
-                           " " + node]
+        # quotes and backslashes too: a pattern's class must keep its meaning inside a JSON string
+        sops: list[Any] = [node + rng.choice(["x", " ", "0", "\u00e9", "-", '"', "\\"]), node[:-1], node.upper(),
+                           node * 3, "", " " + node]
         return _set(v, path, rng.choice(sops))
     if isinstance(node, bool):
         return _set(v, path, not node if r < 0.5 else rng.choice(_JUNK))
