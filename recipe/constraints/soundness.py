@@ -185,7 +185,8 @@ def _deadline(seconds: float) -> Iterator[None]:
         raise _Timeout
 
     old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    # re-armed every 50 ms: an alarm that lands in a gc callback is swallowed there (hypothesis installs one)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.05)
     try:
         yield
     finally:
