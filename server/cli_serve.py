@@ -325,10 +325,17 @@ def banner(config: ServerConfig, backend: Backend, names: tuple[str, ...]) -> st
 
 
 def engine_compute_path(backend: Backend) -> str | None:
-    """The embedded engine's `EngineConfig.compute_path` (which weights and kernels a step runs), if any."""
-    config = getattr(getattr(getattr(backend, "engine", None), "engine", None), "config", None)
-    path = getattr(config, "compute_path", None)
-    return path if isinstance(path, str) else None
+    """The embedded engine's `EngineConfig.compute_path` (which weights and kernels a step runs), if any, with
+    how many linears stayed dense where block weights were asked for (`recipe.engine.linear_census`)."""
+    engine = getattr(getattr(backend, "engine", None), "engine", None)
+    path = getattr(getattr(engine, "config", None), "compute_path", None)
+    if not isinstance(path, str):
+        return None
+    from recipe.engine.linear_census import census_note
+    from torch import nn
+
+    model = getattr(engine, "model", None)
+    return path + (census_note(model) if isinstance(model, nn.Module) else "")
 
 
 def run(args: argparse.Namespace) -> int:
