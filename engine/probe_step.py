@@ -10,6 +10,7 @@ import numpy as np
 from recipe.engine.kv_kinds import rows_per_block
 from recipe.engine.sampler import SamplingRow
 from recipe.engine.sampling_params import SamplingParams
+from recipe.engine.step import PreparedStep
 
 _PROBE_PARAMS = SamplingParams(temperature=0.0, max_tokens=1)
 
@@ -19,11 +20,9 @@ def probe_fits(runner: Any, num_seqs: int, query_len: int, context: int) -> bool
     return all(num_seqs * per_seq <= count for per_seq, count in _blocks_per_seq(runner, query_len + context))
 
 
-def probe_step(runner: Any, num_seqs: int, query_len: int, context: int, *, drafts: bool = True) -> Any:
+def probe_step(runner: Any, num_seqs: int, query_len: int, context: int, *, drafts: bool = True) -> PreparedStep:
     """A PreparedStep of `num_seqs` rows, each scoring `query_len` positions after `context` tokens: the last
     position sampled, the earlier ones as speculative drafts (`drafts`) or as a prefill chunk (not)."""
-    from recipe.engine.model_runner import PreparedStep
-
     assert probe_fits(runner, num_seqs, query_len, context)
     bs = runner.block_size
     per_seq = -(-(context + query_len) // bs)

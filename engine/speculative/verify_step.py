@@ -8,15 +8,14 @@ from typing import Any
 import torch
 from recipe.engine import device as devices
 from recipe.engine.speculative.verification import verify
+from recipe.engine.step import PreparedStep, StepResult
 
 
-def verify_step(runner: Any, step: Any, hidden: torch.Tensor, start: float) -> Any:
+def verify_step(runner: Any, step: PreparedStep, hidden: torch.Tensor, start: float) -> StepResult:
     """A `StepResult` for a step where some rows carry drafts (`step.draft_ids`).
 
     Row r's positions are the last k_r + 1 inputs of its span: its last known token and its drafts.
     """
-    from recipe.engine.model_runner import StepResult
-
     flat = [i for last, d in zip(step.sample_rows, step.draft_ids, strict=True)
             for i in range(last - len(d), last + 1)]
     logits = runner.model.compute_logits(hidden[torch.tensor(flat, device=hidden.device)])
