@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from recipe.engine.disagg.transport import TransportError
+from recipe.engine.disagg.transport_protocol import TransportError
 
 
 @dataclass(frozen=True)

@@ -13,21 +13,12 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
-from typing import Protocol
 
 import numpy as np
+from recipe.engine.disagg.ray_transport import RayTransport
+from recipe.engine.disagg.transport_protocol import Transport, TransportError
 
-
-class TransportError(RuntimeError):
-    """The payload is gone or unreadable (its writer died, or it was discarded after a timeout)."""
-
-
-class Transport(Protocol):
-    def put(self, arrays: dict[str, np.ndarray]) -> object: ...
-
-    def take(self, handle: object) -> dict[str, np.ndarray]: ...
-
-    def discard(self, handle: object) -> None: ...
+__all__ = ["ShmHandle", "ShmTransport", "Transport", "TransportError", "make_transport"]
 
 
 @dataclass(frozen=True)
@@ -103,7 +94,5 @@ def make_transport(name: str, timeout_s: float = 30.0) -> Transport:
     if name == "shm":
         return ShmTransport()
     if name == "ray":
-        from recipe.engine.disagg.ray_transport import RayTransport
-
         return RayTransport(timeout_s)
     raise ValueError(f"unknown transport {name!r}")
