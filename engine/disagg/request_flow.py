@@ -14,19 +14,19 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from recipe.engine.disagg import messages as m
+from recipe.engine.disagg.request_state import FlowRouter, WorkerLostError, _Request, _Retry, _WorkerExit
 from recipe.engine.disagg.routing import block_hashes
 from recipe.engine.outputs import RequestOutput
 from recipe.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from recipe.engine.disagg.pool import WorkerProcess
-    from recipe.engine.disagg.router import DisaggLLM, _Request
 
 NO_WORKER_WAIT_S = 60.0
 
 
 class RequestFlow:
-    def __init__(self, router: DisaggLLM, request_id: str, ids: list[int], params: SamplingParams, req: _Request) -> None:
+    def __init__(self, router: FlowRouter, request_id: str, ids: list[int], params: SamplingParams, req: _Request) -> None:
         self.router, self.rid, self.ids, self.params, self.req = router, request_id, ids, params, req
         self.start = time.monotonic()
         self.delivered = 0  # outputs with tokens that reached the caller
@@ -80,14 +80,10 @@ class RequestFlow:
         return await asyncio.wait_for(self.req.queue.get(), timeout)
 
     def failed(self, why: str) -> Exception:
-        from recipe.engine.disagg.router import WorkerLostError, _Retry
-
         return _Retry(why) if self.delivered == 0 else WorkerLostError(f"request {self.rid}: {why}")
 
     def common(self, wid: int, item: Any) -> None:
         """Events every phase treats alike: a worker gone, a refused or failed request."""
-        from recipe.engine.disagg.router import _WorkerExit
-
         if isinstance(item, _WorkerExit):
             raise self.failed(f"worker {wid} exited")
         if isinstance(item, m.RequestFailed):

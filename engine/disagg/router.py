@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from recipe.engine.async_engine import EngineDeadError
@@ -31,6 +31,8 @@ from recipe.engine.disagg.config import DisaggConfig, split_cores
 from recipe.engine.disagg.constraint_wire import to_wire
 from recipe.engine.disagg.live_metrics import LiveMetrics, Window
 from recipe.engine.disagg.pool import WorkerProcess
+from recipe.engine.disagg.request_flow import RequestFlow
+from recipe.engine.disagg.request_state import WorkerLostError, _Request, _Retry, _WorkerExit
 from recipe.engine.disagg.routing import (
     PrefixIndex,
     SessionAffinity,
@@ -47,21 +49,6 @@ from recipe.engine.outputs import RequestOutput
 from recipe.engine.sampling_params import SamplingParams
 
 log = logging.getLogger("recipe.disagg")
-
-
-class WorkerLostError(EngineDeadError):
-    """A worker serving this request died (or its hand-off timed out) after tokens reached the client."""
-
-
-class _Retry(Exception):
-    """The attempt failed before any token reached the client: run the request again elsewhere."""
-
-
-@dataclass
-class _Request:
-    loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue[tuple[int, Any]] = field(default_factory=asyncio.Queue)
-    workers: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -257,8 +244,6 @@ class DisaggLLM:
             if request_id in self._requests:
                 raise ValueError(f"request id {request_id!r} is already in use")
             self._requests[request_id] = req
-        from recipe.engine.disagg.request_flow import RequestFlow
-
         flow = RequestFlow(self, request_id, ids, to_wire(params), req)
         try:
             for attempt in range(3):
@@ -357,9 +342,3 @@ def summed(counters: list[Any]) -> Any:
         return None
     return dataclasses.replace(counters[0], **{f.name: sum(getattr(c, f.name) for c in counters)
                                                for f in dataclasses.fields(counters[0])})
-
-
-class _WorkerExit:
-    """Posted to a request when one of its workers' processes ended."""
-
-
