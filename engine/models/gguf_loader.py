@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from gguf.quants import dequantize
 from recipe.engine.model_info import ModelInfo
+from recipe.engine.models.builder import build_model, finish_model
 from recipe.engine.models.chat_format import chat_format_of
 from recipe.engine.models.gguf_file import GGUFTensor, read_gguf_file
 from recipe.engine.models.gguf_file_layers import build_file_layers, file_reorder
@@ -152,8 +153,6 @@ def load_gguf(
     (`gguf_file_layers.py`), so memory stays about the file's size. Anything else: the reference, every tensor
     dequantised to fp32 (then `dtype`), with references to the file's blocks kept for a later
     `quantize_weights("gguf")`."""
-    from recipe.engine.models.registry import build_model, finish_model
-
     if weight_format in FILE_BLOCK_FORMATS:
         meta, config, model = _load_over_file_blocks(path, dtype, round_x=weight_format == "gguf_q8")
     else:
