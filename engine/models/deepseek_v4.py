@@ -24,6 +24,7 @@ from recipe.engine.layers.v4_rope import V4Rotary
 from recipe.engine.models.deepseek_v4_config import DeepseekV4Config
 from recipe.engine.models.deepseek_v4_layer import WINDOW, DeepseekV4DecoderLayer, compressed_kind
 from recipe.engine.models.deepseek_v4_mtp import DeepseekV4MTP
+from recipe.engine.models.deepseek_v4_weights import load_v4_weights
 from torch import nn
 
 
@@ -176,8 +177,6 @@ class DeepseekV4ForCausalLM(nn.Module):
         return F.linear(hidden, weight).float()
 
     def load_weights(self, source: Mapping[str, torch.Tensor]) -> None:
-        from recipe.engine.models.deepseek_v4_weights import load_v4_weights
-
         load_v4_weights(self, source)
 
 

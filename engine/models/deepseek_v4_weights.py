@@ -5,7 +5,7 @@ block-quantised FP8/FP4 weights dequantised on the way, and the multi-token-pred
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from recipe.engine.layers.v4_moe import V4MoE
@@ -14,9 +14,6 @@ from recipe.engine.models.deepseek_v4_layer import DeepseekV4DecoderLayer
 from recipe.engine.models.deepseek_v4_mtp import DeepseekV4MTP
 from recipe.engine.models.weights import CheckpointError, assign, check_all_used
 from torch import nn
-
-if TYPE_CHECKING:
-    from recipe.engine.models.deepseek_v4 import DeepseekV4ForCausalLM
 
 _ATTN = {"attn_sink": "sinks", "wq_a.weight": "q_a_proj.weight", "q_norm.weight": "q_a_norm.weight",
          "wq_b.weight": "q_b_proj.weight", "wkv.weight": "kv_proj.weight", "norm.weight": "kv_norm.weight",
@@ -36,8 +33,9 @@ _MTP = {"enorm.weight": "enorm.weight", "hnorm.weight": "hnorm.weight", "e_proj.
         "hc_head_base": "hc_head.hc_base", "hc_head_scale": "hc_head.hc_scale"}
 
 
-def load_v4_weights(model: DeepseekV4ForCausalLM, raw: Mapping[str, torch.Tensor]) -> None:
-    """Every checkpoint tensor must be used. MTP layers load from `mtp.{i}.` (or `model.mtp.{i}.`): the block
+def load_v4_weights(model: Any, raw: Mapping[str, torch.Tensor]) -> None:
+    """Load into `model`, a `DeepseekV4ForCausalLM` (typed `Any`: the model calls this, so naming its class here
+    would be an import circle). Every checkpoint tensor must be used. MTP layers load from `mtp.{i}.` (or `model.mtp.{i}.`): the block
     under the decoder layers' names plus `_MTP`; a checkpoint without any `mtp.*` tensor (as `transformers`
     writes one, whatever `num_nextn_predict_layers` says) leaves the model without MTP layers."""
     source = DequantizedCheckpoint(raw)

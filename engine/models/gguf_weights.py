@@ -8,13 +8,14 @@ reference to each block-quantised 2-D tensor of the file (`FileBlocks`, memory-m
 `use_file_blocks` swaps every linear whose weights are all such tensors (q/k/v and gate/up fused as the model fuses
 them) for a layer over those blocks (`engine/layers/gguf_linear.py`), and gives the LM head the head tensor's
 blocks. A weight the file stores in F32/F16/BF16 keeps its fp32 layer: that is the file's own precision too.
+The model arguments are `LlamaForCausalLM`s, typed `Any`: the model calls in here, so naming it is an import circle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,9 +24,6 @@ from recipe.engine.layers.gguf_linear import Part, file_linear
 from recipe.engine.models.gguf_file import GGUFTensor
 from recipe.engine.models.weights import CheckpointError
 from torch import nn
-
-if TYPE_CHECKING:
-    from recipe.engine.models.llama import LlamaForCausalLM
 
 
 @dataclass(frozen=True)
@@ -58,7 +56,7 @@ class LoadedFileLayers:
 PartsOf = Callable[[list[str]], "list[Part] | None"]  # HF names -> the blocks of one weight, or None (not blocks)
 
 
-def swap_in_file_layers(model: LlamaForCausalLM, parts_of: PartsOf, round_x: bool) -> int:
+def swap_in_file_layers(model: Any, parts_of: PartsOf, round_x: bool) -> int:
     """Swap the model's linears whose weights `parts_of` gives as blocks (q/k/v and gate/up fused as the model
     fuses them) for layers over them, and set the LM head over the head tensor's blocks; the count swapped."""
 
@@ -86,11 +84,11 @@ def swap_in_file_layers(model: LlamaForCausalLM, parts_of: PartsOf, round_x: boo
     return count
 
 
-def head_name(model: LlamaForCausalLM) -> str:
+def head_name(model: Any) -> str:
     return "model.embed_tokens.weight" if model.lm_head is None else "lm_head.weight"
 
 
-def use_file_blocks(model: LlamaForCausalLM, round_x: bool = False) -> int:
+def use_file_blocks(model: Any, round_x: bool = False) -> int:
     """Swap the model's linears (and LM head) for layers over the file's blocks; the count swapped. A model
     loaded over the blocks already (`LoadedFileLayers`) is left as it is: its count, if `round_x` is the one it
     was loaded with."""
