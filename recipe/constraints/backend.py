@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 
 from recipe.constraints import bitmask
-from recipe.constraints.closing import BudgetCloser
+from recipe.constraints.closing import CLOSING_HORIZON, BudgetCloser, closing_path
 from recipe.constraints.kinds import ConstraintError
 from recipe.constraints.vocabulary import Vocabulary
 
@@ -115,7 +115,16 @@ class CompiledConstraint:
 
     def within_budget(self, max_tokens: int | None) -> CompiledConstraint:
         """The same constraint whose matchers close the output within `max_tokens` (None: never)."""
+        self.extra.setdefault("closing_start", {})  # shared by the copies: the start path is searched once
         return dataclasses.replace(self, extra={**self.extra, "budget": max_tokens})
+
+    def start_closing_length(self) -> int | None:
+        """The closing path's length from the start state (`closing.closing_path`), searched once and kept."""
+        memo = self.extra.setdefault("closing_start", {})
+        if "length" not in memo:
+            path = closing_path(Matcher(self))
+            memo["length"] = None if path is None else len(path)
+        return memo["length"]  # type: ignore[no-any-return]
 
     def matcher(self, *, reuse_string_masks: bool = True, reuse_format_masks: bool = True) -> Matcher:
         """A new per-request matcher. `reuse_string_masks=False` turns off the mask reuse inside JSON strings
@@ -154,7 +163,8 @@ class Matcher:
     def __init__(self, compiled: CompiledConstraint, *, reuse_string_masks: bool = True,
                  reuse_format_masks: bool = True, budget: int | None = None) -> None:
         self._compiled = compiled
-        self._closer = BudgetCloser(budget) if budget is not None else None
+        self._closer = (BudgetCloser(budget, compiled.start_closing_length() if budget > CLOSING_HORIZON else None)
+                        if budget is not None else None)
         self._searching = False  # inside the closing search: masks are the grammar's, no bookkeeping
         self._m = compiled.handle.new_matcher()
         if reuse_string_masks and compiled.extra.get("track_strings"):

@@ -41,11 +41,12 @@ if TYPE_CHECKING:
 # Forcing starts at the first checkpoint whose path leaves at most this margin plus a stride: the tokens
 # sampled freely in a stride rarely lengthen the path by more.
 CLOSING_MARGIN = 12
-# Paths are looked for only this close to the budget's end (a search costs tens of masks).
+# Paths are looked for only this close to the budget's end (a search costs tens of masks), or twice the
+# start state's path where that is longer.
 CLOSING_HORIZON = 96
 CHECKPOINT_STRIDE = 8
-MAX_NODES = 2000
-MAX_DEPTH = 2 * CLOSING_HORIZON
+MAX_NODES = 5000
+MAX_DEPTH = 4 * CLOSING_HORIZON
 _BRANCH = 2
 _PER_CLASS = 4
 _FALLBACK = 4
@@ -224,9 +225,10 @@ class BudgetCloser:
 
     __slots__ = ("_checkpoint", "budget", "horizon")
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, start_path: int | None = None) -> None:
+        """`start_path`: the closing path's length from the start state; a longer one widens the horizon."""
         self.budget = budget
-        self.horizon = min(budget, CLOSING_HORIZON)
+        self.horizon = min(budget, max(CLOSING_HORIZON, 2 * (start_path or 0) + CLOSING_MARGIN))
         self._checkpoint: tuple[int, list[int] | None] | None = None  # (position, path from there)
 
     def due(self, n: int) -> bool:
