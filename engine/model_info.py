@@ -7,7 +7,7 @@ from typing import Literal
 
 import torch
 
-Architecture = Literal["llama", "deepseek_v3", "deepseek_v4"]
+Architecture = Literal["llama", "qwen2", "deepseek_v3", "deepseek_v4"]
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ def _linear(module: nn.Module) -> _Linear | None:
         return _Linear(2, module.out_features, module.in_features, module.packed.data_ptr(), module.d.data_ptr(),
                        module.m.data_ptr(), b)
     if isinstance(module, GGUFLinear) and not module.round_x and len(module.qtypes) == 1:
-        return _Linear(3, module.out_features, module.in_features, module.raw0.data_ptr(), None, None, b,
+        return _Linear(3, module.out_features, module.in_features, module.raw_parts()[0][1].data_ptr(), None, None, b,
                        module.qtypes[0])
     if isinstance(module, nn.Linear) and _fp32(module.weight):  # FewRowsLinear too (same weight)
         return _Linear(0, module.out_features, module.in_features, module.weight.data_ptr(), None, None, b)

@@ -143,10 +143,10 @@ def build_file_layers(config: dict[str, Any], f: BinaryIO, tensors: dict[str, GG
     embed = reader.parts_of([EMBED])
     if embed is not None:
         ((qtype, raw),) = embed
-        model.embed_tokens = GGUFEmbedding(raw, qtype, model.config.hidden_size, dtype)
+        model.embed_tokens = GGUFEmbedding(raw, qtype, model.config.hidden_size, dtype)  # type: ignore[assignment]  # same lookup interface
     count = swap_in_file_layers(model, reader.parts_of, round_x)
     if model.lm_head is not None and reader.parts_of([head_name(model)]) is not None:
-        model.lm_head = model.logits_head  # the head's blocks are the untied head (no fp32 copy beside them)
+        model.lm_head = model.logits_head  # type: ignore[assignment]  # the head's blocks are the untied head (no fp32 copy beside them)
     left = [name for name, p in model.named_parameters() if p.is_meta]
     if left:  # a weight kept as blocks whose module was not swapped
         raise CheckpointError(f"GGUF weights kept as blocks but not used by a block layer: {left[:5]}")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
-from recipe.engine.model_info import ModelInfo
+from recipe.engine.model_info import Architecture, ModelInfo
 from recipe.engine.models.builder import ModelForCausalLM, build_model, finish_model
 from recipe.engine.models.chat_format import chat_format_of, folder_chat_template
 from recipe.engine.models.deepseek_v3 import DeepseekV3Config
@@ -87,7 +87,7 @@ def load_model(
     mla = isinstance(c, DeepseekV3Config)
     info = ModelInfo(
         name=path.name,
-        architecture="deepseek_v3" if mla else arch,
+        architecture=cast(Architecture, "deepseek_v3" if mla else arch),
         vocab_size=c.vocab_size,
         context_length=c.max_positions,
         eos_token_ids=eos_ids(config, generation),
