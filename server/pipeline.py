@@ -231,6 +231,8 @@ class Pipeline:
                 tool_format=tool_format, thinking=thinking, single_tool_call=single,
                 timeout_s=self.compile_timeout_s, cache=None,
             )
+            if self.close_within_limit:  # the start state's closing search, once, off the engine's step thread
+                await asyncio.to_thread(compiled.start_closing_length)
         except constraints.ConstraintError as exc:
             raise ApiError(400, f"Cannot enforce the requested output format: {exc}") from None
         self.constraint_memo.put(key, compiled, len(oc.schema))
