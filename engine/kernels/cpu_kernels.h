@@ -52,9 +52,9 @@ void attend_item(const float *qg, const float *k, const float *v, const int64_t 
 /* RMSNorm of one row, as `rms_norm` computes it. */
 void rms_norm_row(const float *xr, const float *w, int64_t H, float eps, float *o);
 float dot_f32(const float *a, const float *b, int64_t n);
-/* y[m * ys + n] = x[m, :K] . W[n, :K] for W in one of GGUF's block formats (ggml type ids: 3 Q4_1, 8 Q8_0, 12 Q4_K,
- * 13 Q5_K, 14 Q6_K) as stored in the file, rows of whole blocks; x rounded to Q8_0 blocks where `round_x`, else
- * fp32 as given (gguf_kernels.c). */
+/* y[m * ys + n] = x[m, :K] . W[n, :K] for W in one of GGUF's block formats (ggml type ids: 2 Q4_0, 3 Q4_1, 6 Q5_0,
+ * 7 Q5_1, 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K) as stored in the file, rows of whole blocks; x rounded to Q8_0 blocks
+ * where `round_x`, else fp32 as given (gguf_kernels.c). */
 void gguf_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int64_t qtype, int64_t N, float *y,
                  int64_t ys, int64_t round_x);
 /* Outputs n .. n + 3 (fewer at the end of N) of M rows of fp32 x against GGUF rows, to out[m * os + r]. */

@@ -20,8 +20,8 @@ row's result does not depend on the rest of the batch.
 
 `FusedLlamaDecoder.build(model)` is None where the fused step does not apply: no native library, weights,
 norms or KV cache not fp32, a linear in another format (int8/int4 on torch's kernels; a GGUF linear with rounded
-activations or rows in several block formats: the fused step reads a GGUF file's blocks of one format with fp32
-activations, as `GGUFLinear` computes them, same values), or a layout it does not
+activations: the fused step reads a GGUF file's blocks with fp32 activations, as `GGUFLinear` computes them, same
+values, a fused q/k/v or gate/up in up to MAX_PARTS parts of different formats), or a layout it does not
 read (non-contiguous tensors, odd head_dim). The caller then keeps the layered path.
 """
 
@@ -43,9 +43,16 @@ MAX_SHARED_ROWS = 64  # steps with several tokens of a sequence (verify steps, s
 # SmolLM2 fp32 at context 600, fused vs layered (ms): 32 tokens 494 vs 686, 48 715 vs 851, 64 986 vs 993, 128 1638 vs 1781
 
 
+MAX_PARTS = 3  # llama_decode.c's: a fused q/k/v of three formats at most
+
+
+class _GGUFPart(ctypes.Structure):
+    _fields_ = [("end", _I64), ("qtype", _I64), ("w", _PTR)]
+
+
 class _Linear(ctypes.Structure):
     _fields_ = [("fmt", _I64), ("n", _I64), ("k", _I64), ("w", _PTR), ("d", _PTR), ("m", _PTR), ("bias", _PTR),
-                ("qtype", _I64)]
+                ("parts", _I64), ("part", _GGUFPart * MAX_PARTS)]
 
 
 class _Layer(ctypes.Structure):
@@ -83,12 +90,24 @@ def _linear(module: nn.Module) -> _Linear | None:
     if isinstance(module, Q4_1Linear):
         return _Linear(2, module.out_features, module.in_features, module.packed.data_ptr(), module.d.data_ptr(),
                        module.m.data_ptr(), b)
-    if isinstance(module, GGUFLinear) and not module.round_x and len(module.qtypes) == 1:
-        return _Linear(3, module.out_features, module.in_features, module.raw_parts()[0][1].data_ptr(), None, None, b,
-                       module.qtypes[0])
+    if isinstance(module, GGUFLinear) and not module.round_x:
+        return _gguf_linear(module, b)
     if isinstance(module, nn.Linear) and _fp32(module.weight):  # FewRowsLinear too (same weight)
         return _Linear(0, module.out_features, module.in_features, module.weight.data_ptr(), None, None, b)
     return None
+
+
+def _gguf_linear(module: GGUFLinear, bias: int | None) -> _Linear | None:
+    """A GGUF linear's parts (each but the last a whole number of the kernel's groups of 4 rows), or None."""
+    parts = module.raw_parts()
+    if len(parts) > MAX_PARTS or any(n % 4 for n in module.rows[:-1]):
+        return None
+    descs, end = [], 0
+    for (qtype, raw), n in zip(parts, module.rows, strict=True):
+        end += n
+        descs.append(_GGUFPart(end, qtype, raw.data_ptr()))
+    return _Linear(3, module.out_features, module.in_features, None, None, None, bias, len(descs),
+                   (_GGUFPart * MAX_PARTS)(*descs))
 
 
 class FusedLlamaDecoder:

@@ -1,14 +1,15 @@
 /* Matrix products on GGUF weight blocks as the file stores them (engine/layers/gguf_linear.py):
- * y[m, n] = x[m, :] . W[n, :] with W in Q8_0, Q4_1, Q4_K, Q5_K or Q6_K (ggml-common.h layouts), never dequantised
- * to fp32 in memory. As in the q8_0/q4_1 kernels (cpu_kernels.c), the activations are rounded to Q8_0 blocks of 32
+ * y[m, n] = x[m, :] . W[n, :] with W in Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K (ggml-common.h layouts),
+ * never dequantised to fp32 in memory. As in the q8_0/q4_1 kernels (cpu_kernels.c), the activations are rounded to Q8_0 blocks of 32
  * (`quantize_rows`), so each 32-weight block's product is an exact integer dot product:
  *   y += sum over blocks b of  dx_b * (s_lo * sum_{j<16} q_j qx_j + s_hi * sum_{j>=16} q_j qx_j) - mn_b * dx_b * sum(qx)
  * where s_lo, s_hi are the block's scales for its two halves (equal except in Q6_K, whose scales cover 16 weights)
- * and mn_b its offset (Q4_K/Q5_K: dmin * m; Q4_1: -m; else 0).
+ * and mn_b its offset (Q4_K/Q5_K: dmin * m; Q4_1/Q5_1: -m; else 0). Q4_0 and Q5_0 hold q - 8 and q - 16 as signed
+ * bytes (offset 0), so their block products are integer dots of the stored values, as llama.cpp's.
  *
  * With `round_x` 0, the activations stay fp32 instead (`gguf_group_f32`): x times exactly the dequantised weights.
  *
- * A "unit" is the span one block header covers: 256 weights (8 blocks of 32) for the K-quants, 32 for Q8_0/Q4_1.
+ * A "unit" is the span one block header covers: 256 weights (8 blocks of 32) for the K-quants, 32 for the others.
  * Each unit of 4 weight rows is unpacked once (to bytes and per-half fp32 scales) and used by up to MCHUNK
  * activation rows. Each output is one accumulator over the blocks in order, with the same operations whatever M is
  * and whichever thread runs it, so a row's result never depends on the rest of the batch. */
@@ -21,10 +22,10 @@
 
 #define QK_K 256
 #define MCHUNK 64
-enum { T_Q4_1 = 3, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14 };
+enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14 };
 
-/* A unit of one weight row: its weights as bytes (signed for Q8_0 / Q6_K, unsigned otherwise), a scale per 16
- * and an offset per 32. */
+/* A unit of one weight row: its weights as bytes (signed for Q4_0, Q5_0, Q8_0, Q6_K; unsigned otherwise), a scale
+ * per 16 and an offset per 32. */
 typedef struct {
     int8_t q[QK_K];
     float s[QK_K / 16];
@@ -57,11 +58,14 @@ static inline float f16(const uint8_t *p) {
     return f;
 }
 
-static int64_t unit_weights(int64_t qtype) { return qtype == T_Q8_0 || qtype == T_Q4_1 ? 32 : QK_K; }
+static int64_t unit_weights(int64_t qtype) { return qtype == T_Q4_K || qtype == T_Q5_K || qtype == T_Q6_K ? QK_K : 32; }
 
 static int64_t unit_bytes(int64_t qtype) {
     switch (qtype) {
+        case T_Q4_0: return 18;
         case T_Q4_1: return 20;
+        case T_Q5_0: return 22;
+        case T_Q5_1: return 24;
         case T_Q8_0: return 34;
         case T_Q4_K: return 144;
         case T_Q5_K: return 176;
@@ -70,7 +74,13 @@ static int64_t unit_bytes(int64_t qtype) {
     }
 }
 
-static int is_signed(int64_t qtype) { return qtype == T_Q8_0 || qtype == T_Q6_K; }
+static int is_signed(int64_t qtype) {
+    return qtype == T_Q4_0 || qtype == T_Q5_0 || qtype == T_Q8_0 || qtype == T_Q6_K;
+}
+
+static int has_offset(int64_t qtype) {
+    return qtype == T_Q4_1 || qtype == T_Q5_1 || qtype == T_Q4_K || qtype == T_Q5_K;
+}
 
 /* The 6-bit (scale, min) of sub-block j of a Q4_K/Q5_K block (llama.cpp's get_scale_min_k4). */
 static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
@@ -94,8 +104,48 @@ static inline void nibbles32(const uint8_t *b, int8_t *lo, int8_t *hi) {
 #endif
 }
 
+/* One block of 32 with 4-bit q at qs (byte j: weight j low, j + 16 high) and, where qh is not NULL, bit 4 of weight j
+ * in bit j of the little-endian u32 at qh; `bias` (8 for Q4_0, 16 for Q5_0, 0 for the offset formats) subtracted. */
+static inline void unpack32(const uint8_t *qs, const uint8_t *qh, int bias, int8_t *q) {
+    uint32_t high = 0;
+    if (qh != NULL) memcpy(&high, qh, 4);
+#ifdef __AVX2__
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(0x0F);
+    __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    if (qh != NULL) {  /* byte j <- 0xFF where bit j of `high` is set (llama.cpp's bytes_from_bits_32), then bit 4 */
+        const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+        __m256i bits = _mm256_shuffle_epi8(_mm256_set1_epi32((int)high), shuf);
+        bits = _mm256_or_si256(bits, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+        bits = _mm256_cmpeq_epi8(bits, _mm256_set1_epi64x(-1));
+        w = _mm256_or_si256(w, _mm256_and_si256(bits, _mm256_set1_epi8(0x10)));
+    }
+    _mm256_storeu_si256((__m256i *)q, _mm256_sub_epi8(w, _mm256_set1_epi8((char)bias)));
+#else
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)(((qs[j] & 0xF) | (((high >> j) & 1) << 4)) - bias);
+        q[j + 16] = (int8_t)(((qs[j] >> 4) | (((high >> (j + 16)) & 1) << 4)) - bias);
+    }
+#endif
+}
+
 static void unpack_unit(int64_t qtype, const uint8_t *b, unit_t *u) {
     switch (qtype) {
+    case T_Q4_0:
+    case T_Q5_0: {
+        const float d = f16(b);
+        if (qtype == T_Q4_0) unpack32(b + 2, NULL, 8, u->q);
+        else unpack32(b + 6, b + 2, 16, u->q);
+        u->s[0] = u->s[1] = d;
+        u->mn[0] = 0.0f;
+        break;
+    }
+    case T_Q5_1: {
+        const float d = f16(b), m = f16(b + 2);
+        unpack32(b + 8, b + 4, 0, u->q);
+        u->s[0] = u->s[1] = d;
+        u->mn[0] = -m;
+        break;
+    }
     case T_Q8_0: {
         const float d = f16(b);
         memcpy(u->q, b + 2, 32);
@@ -210,7 +260,7 @@ static void gguf_group(int64_t n, int nr, int64_t m0, int64_t m1, int64_t K, con
 #endif
             off[m][r] = 0.0f;
         }
-    const int has_min = qtype == T_Q4_1 || qtype == T_Q4_K || qtype == T_Q5_K;
+    const int has_min = has_offset(qtype);
 #ifdef __AVX2__
     __m256 hs[4][QK_K / 32];
     __m256i wabs[4][QK_K / 32];  /* signed formats: |q| once per unit (the product takes x's sign from q) */
@@ -278,7 +328,7 @@ static void gguf_group_f32(int64_t n, int nr, int64_t m0, int64_t m1, int64_t K,
                            const float *x, float *y, int64_t ys, int64_t col) {
     const int64_t uw = unit_weights(qtype), ub = unit_bytes(qtype), units = K / uw, row = units * ub;
     const int64_t rows = m1 - m0, bpu = uw / QK;
-    const int has_min = qtype == T_Q4_1 || qtype == T_Q4_K || qtype == T_Q5_K;
+    const int has_min = has_offset(qtype);
     (void)has_min;  /* the scalar path's */
     /* The rows of the group two ahead are asked for now, as `quant_group` does (a prefetch past the end of the
      * weights never faults); once per group: a batch's later chunks find them cached. */

@@ -8,8 +8,9 @@
  *   table, in chunks of ATT_CHUNK tokens per KV head that the threads share, merged per row;
  *   x = x + att @ Wo^T (+ b); h = rmsnorm(x, ln2); [g, u] = h @ Wgu^T (+ b); x = x + (silu(g) * u) @ Wdown^T (+ b).
  * then the final norm. Linears are fp32, q8_0 or q4_1 (the q formats round activations to Q8_0 blocks, as
- * `quant_matmul` does). Every output element is computed by the same operations whatever B is and whichever
- * thread runs it, so a row's result never depends on the rest of the batch.
+ * `quant_matmul` does), or a GGUF file's own blocks with fp32 activations, in parts of different formats. Every
+ * output element is computed by the same operations whatever B is and whichever thread runs it, so a row's result
+ * never depends on the rest of the batch.
  *
  * The threads meet only where a value needs every thread's part: after each linear and after attention (six
  * barriers a layer; a seventh merges the chunks where a row's context is longer than one). What is cheap and needed
@@ -35,13 +36,25 @@
 
 enum { FMT_F32 = 0, FMT_Q8_0 = 1, FMT_Q4_1 = 2, FMT_GGUF = 3 };
 
+#define MAX_PARTS 3
+
+/* Rows of a FMT_GGUF linear in one ggml block format: rows up to `end` (exclusive, counted over the whole linear),
+ * from the previous part's end; the file's blocks at w. */
+typedef struct {
+    int64_t end, qtype;
+    const uint8_t *w;
+} GGUFPart;
+
 typedef struct {
     int64_t fmt, n, k;  /* y[M, n] = x[M, k] @ W^T */
     const void *w;      /* fp32 [n, k] | int8 [n, k] (q8_0) | packed uint8 [n, k / 2] (q4_1) */
     const float *d;     /* q formats: scale per block of 32 [n, k / 32] */
     const float *m;     /* q4_1: minimum per block [n, k / 32] */
     const float *bias;  /* [n] or NULL */
-    int64_t qtype;      /* FMT_GGUF: the ggml type of the file's blocks at w (fp32 activations, gguf_kernels.c) */
+    /* FMT_GGUF (fp32 activations, gguf_kernels.c): the rows as parts of one format each (a Q4_K_M file's q/k/v:
+     * q, k in one format, v in another), each part but the last a whole number of groups of 4 rows */
+    int64_t parts;
+    GGUFPart part[MAX_PARTS];
 } RLinear;
 
 typedef struct {
@@ -199,6 +212,13 @@ static void prepare(const RLinear *L, const float *x, int64_t M, const Scratch *
     if (L->fmt == FMT_Q8_0 || L->fmt == FMT_Q4_1) quantize_rows(x, M, L->k, S->xq, S->dx, S->xs);
 }
 
+/* Outputs n .. n + 3 of a FMT_GGUF linear (one part's rows: parts end on whole groups), as `gguf_group_rows`. */
+static void gguf_part_group(const RLinear *L, int64_t n, int64_t M, const float *x, float *out, int64_t os) {
+    int64_t p = 0, start = 0;
+    while (p + 1 < L->parts && n >= L->part[p].end) start = L->part[p++].end;
+    gguf_group_rows(n - start, M, L->k, L->part[p].end - start, L->part[p].w, L->part[p].qtype, x, out, os);
+}
+
 /* y = (res +) x @ W^T (+ bias) for M rows, the groups of 4 outputs work-shared by the threads of the enclosing
  * region (all of them call it, after `prepare`), with the barrier at its end. `res` may be y itself (the
  * residual stream updated in place: each output is read and written by the thread that computes it). */
@@ -215,7 +235,7 @@ static void linear(const RLinear *L, const float *x, int64_t M, float *y, const 
         float *out = direct ? y + n : S->group;
         const int64_t os = direct ? N : 4;
         if (L->fmt == FMT_F32) f32_group(n, M, K, N, (const float *)L->w, x, out, os);
-        else if (L->fmt == FMT_GGUF) gguf_group_rows(n, M, K, N, (const uint8_t *)L->w, L->qtype, x, out, os);
+        else if (L->fmt == FMT_GGUF) gguf_part_group(L, n, M, x, out, os);
         else if (L->fmt == FMT_Q8_0)
             quant_group(n, M, K, N, (const int8_t *)L->w, NULL, L->d, NULL, S->xq, S->dx, S->xs, out, os);
         else quant_group(n, M, K, N, NULL, (const uint8_t *)L->w, L->d, L->m, S->xq, S->dx, S->xs, out, os);

@@ -3,7 +3,10 @@
 Rows of a weight [n, k] are whole blocks, so a row's bytes are `row_bytes(qtype, k)` and rows can be reordered
 or concatenated as bytes. Each format's value per weight:
 - Q8_0 (34 B / 32): f16 d, int8 q[32]; d * q.
-- Q4_1 (20 B / 32): f16 d, f16 m, nibbles (byte j: q[j] low, q[j + 16] high); d * q + m.
+- Q4_0 (18 B / 32): f16 d, nibbles (byte j: q[j] low, q[j + 16] high); d * (q - 8).
+- Q4_1 (20 B / 32): f16 d, f16 m, nibbles as Q4_0; d * q + m.
+- Q5_0 (22 B / 32): f16 d, 4 bytes qh (little-endian u32: bit j is bit 4 of q[j]), nibbles as Q4_0; d * (q - 16).
+- Q5_1 (24 B / 32): f16 d, f16 m, qh and nibbles as Q5_0; d * q + m.
 - Q4_K (144 B / 256): f16 d, f16 dmin, 12 bytes of 6-bit (sc, m) for 8 sub-blocks of 32, 128 bytes of nibbles
   (byte 32i + l: weight 64i + l low, 64i + 32 + l high); d * sc * q - dmin * m.
 - Q5_K (176 B / 256): as Q4_K with 32 bytes qh (bit 2i of qh[l]: bit 4 of weight 64i + l; bit 2i + 1: of
@@ -19,10 +22,12 @@ from __future__ import annotations
 
 import torch
 
-Q4_1, Q8_0, Q4_K, Q5_K, Q6_K = 3, 8, 12, 13, 14  # ggml type ids
-NAMES = {Q4_1: "Q4_1", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K = 2, 3, 6, 7, 8, 12, 13, 14  # ggml type ids
+NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K",
+         Q6_K: "Q6_K"}
 # (weights per block, bytes per block)
-SIZES = {Q4_1: (32, 20), Q8_0: (32, 34), Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210)}
+SIZES = {Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34), Q4_K: (256, 144),
+         Q5_K: (256, 176), Q6_K: (256, 210)}
 
 
 def row_bytes(qtype: int, k: int) -> int:
@@ -51,6 +56,18 @@ def _nibbles(qs: torch.Tensor) -> torch.Tensor:
     return torch.cat([g & 0xF, g >> 4], dim=2).view(-1, 256)
 
 
+def _nibbles32(qs: torch.Tensor) -> torch.Tensor:
+    """[B, 16] -> q [B, 32] int32: byte j gives weight j (low) and j + 16 (high)."""
+    q = qs.to(torch.int32)
+    return torch.cat([q & 0xF, q >> 4], dim=1)
+
+
+def _high_bits(qh: torch.Tensor) -> torch.Tensor:
+    """[B, 4] (a little-endian u32) -> bit 4 of each of the 32 weights, [B, 32] int32."""
+    bits = qh.to(torch.int32).view(-1, 4, 1) >> torch.arange(8, dtype=torch.int32).view(1, 1, 8)
+    return ((bits & 1) << 4).view(-1, 32)
+
+
 def dequantize(raw: torch.Tensor, qtype: int, k: int) -> torch.Tensor:
     """raw uint8 [n, row_bytes] -> fp32 [n, k]."""
     n = raw.shape[0]
@@ -58,10 +75,17 @@ def dequantize(raw: torch.Tensor, qtype: int, k: int) -> torch.Tensor:
     b = raw.reshape(n * (k // weights), nbytes)
     if qtype == Q8_0:
         out = _f16(b[:, None, 0:2]) * b[:, 2:].view(torch.int8).to(torch.float32)
+    elif qtype == Q4_0:
+        out = _f16(b[:, None, 0:2]) * (_nibbles32(b[:, 2:]) - 8).to(torch.float32)
     elif qtype == Q4_1:
         d, m = _f16(b[:, None, 0:2]), _f16(b[:, None, 2:4])
-        q = b[:, 4:].to(torch.int32)
-        out = d * torch.cat([q & 0xF, q >> 4], dim=1).to(torch.float32) + m
+        out = d * _nibbles32(b[:, 4:]).to(torch.float32) + m
+    elif qtype == Q5_0:
+        q = _nibbles32(b[:, 6:]) | _high_bits(b[:, 2:6])
+        out = _f16(b[:, None, 0:2]) * (q - 16).to(torch.float32)
+    elif qtype == Q5_1:
+        d, m = _f16(b[:, None, 0:2]), _f16(b[:, None, 2:4])
+        out = d * (_nibbles32(b[:, 8:]) | _high_bits(b[:, 4:8])).to(torch.float32) + m
     elif qtype in (Q4_K, Q5_K):
         d, dmin = _f16(b[:, None, 0:2]), _f16(b[:, None, 2:4])
         sc, m = _scale_min_k4(b[:, 4:16])

@@ -1,8 +1,8 @@
 """Linear layers whose weights are a GGUF file's own blocks (`EngineConfig.weight_format = "gguf"` or "gguf_q8"), so
 the engine computes with exactly the file's quantisation (no fp32 copy, no re-quantising):
 
-- `GGUFLinear`: rows in Q8_0, Q4_1, Q4_K, Q5_K or Q6_K as stored, possibly in several parts of different formats
-  (a fused q/k/v whose v is Q6_K where q, k are Q4_K, as Q4_K_M files have), each part one native call
+- `GGUFLinear`: rows in Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K as stored, possibly in several parts of
+  different formats (a fused q/k/v whose v is Q6_K where q, k are Q4_K, as Q4_K_M files have), each part one native call
   (`gguf_matmul` in engine/kernels/gguf_kernels.c) writing its columns of the output.
 - `FileQ8_0Linear`, `FileQ4_1Linear`: a weight wholly in Q8_0 or Q4_1 becomes the existing block layer
   (`block_quant_linear.py`) holding the file's q and scales, which the fused decode step also reads.

@@ -204,7 +204,7 @@ def test_where_the_fused_step_does_not_apply_the_layered_path_runs(tiny_llama_di
 
 def test_decode_backend_is_checked() -> None:
     with pytest.raises(ValueError, match="decode_backend must be 'layers' or 'fused'"):
-        EngineConfig(model="m", decode_backend="fast")
+        EngineConfig.from_kwargs(model="m", decode_backend="fast")
 
 
 @settings(max_examples=12, deadline=None)

@@ -117,7 +117,7 @@ def test_default_greedy_tokens_are_llama_cpps_up_to_a_near_tie(case: Any) -> Non
     batch = prompts(len(name))
     llm = LLM(str(path), num_threads=1, kv_cache_bytes=8 << 20)
     try:
-        assert llm.engine.config.weight_format == "gguf"
+        assert llm.engine.config.kernels.weight_format == "gguf"
         got = [list(o.new_token_ids) for o in
                llm.generate(batch, SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True))]
     finally:

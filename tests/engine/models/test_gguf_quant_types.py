@@ -1,5 +1,7 @@
 """Tiny synthetic Qwen2 GGUFs in each quantisation DeepSeek-R1-Distill ships (Q4_K_M's mix, Q5_K, Q6_K, Q8_0,
-and pure Q4_K), written with `gguf`:
+and pure Q4_K), in the 32-weight formats (Q4_0, Q5_0, Q5_1), and in the mix llama-quantize writes at Q4_K_M for a
+model whose hidden size is not a multiple of 256 (SmolLM2: Q5_0 and Q8_0 fallbacks, K-quants where rows allow),
+written with `gguf`:
 - the exact path (`weight_format="dtype"`) equals `transformers` Qwen2 on the gguf-py-dequantised weights;
 - the file's own blocks with fp32 activations (`weight_format="gguf"`, the default) equal it too (logits to 1e-4,
   greedy tokens identical): the products are x times exactly the dequantised weights;
@@ -27,19 +29,23 @@ from recipe.engine.models.registry import load_model
 
 PROMPT = [5, 17, 42, 99, 3, 250, 7, 7, 128, 64, 33, 200, 11, 256, 258]
 Q4_K_M = {"*": T.Q4_K, "attn_v.weight": T.Q6_K, "ffn_down.weight": T.Q6_K, "output.weight": T.Q6_K}
+# hidden 160: rows of 160 take the fallbacks (Q5_0 for Q4_K, Q8_0 for Q6_K); ffn_down's rows of 256 stay K-quants
+Q4_K_M_160 = {"*": T.Q5_0, "attn_v.weight": T.Q8_0, "ffn_down.weight": T.Q6_K, "token_embd.weight": T.Q8_0}
 FILES = {"Q4_K_M": Q4_K_M, "Q4_K": T.Q4_K, "Q5_K_M": {"*": T.Q5_K, "attn_v.weight": T.Q6_K},
-         "Q6_K": T.Q6_K, "Q8_0": T.Q8_0}
+         "Q6_K": T.Q6_K, "Q8_0": T.Q8_0, "Q4_0": T.Q4_0, "Q5_0": T.Q5_0, "Q5_1": T.Q5_1, "Q4_K_M-160": Q4_K_M_160}
+SHAPES = {"Q4_K_M-160": {"hidden": 160, "inter": 256}}
 
 
 # each file once, tied and untied heads alternating (both kinds are covered, the suite stays short)
-CASES = [("Q4_K_M", False), ("Q4_K", True), ("Q5_K_M", True), ("Q6_K", False), ("Q8_0", True)]
+CASES = [("Q4_K_M", False), ("Q4_K", True), ("Q5_K_M", True), ("Q6_K", False), ("Q8_0", True), ("Q4_0", False),
+         ("Q5_0", True), ("Q5_1", False), ("Q4_K_M-160", True)]
 
 
 @pytest.fixture(scope="module", params=CASES,
                 ids=lambda p: f"{p[0]}-{'tied' if p[1] else 'untied'}")
 def case(request, tmp_path_factory) -> tuple[Path, Any]:
     name, tied = request.param
-    hf = make_hf_qwen2(11 if tied else 12, tied=tied)
+    hf = make_hf_qwen2(11 if tied else 12, tied=tied, **SHAPES.get(name, {}))
     path = write_qwen2_gguf(hf, tmp_path_factory.mktemp("q") / f"{name}.gguf", FILES[name])
     return path, hf_with_gguf_weights(hf, path)
 
