@@ -1,6 +1,6 @@
 """What a loaded model's linear layers actually run on: the start-up line names the configured path, and this
 says how many linears it reached (a GGUF whose tensors are in a format without a native kernel, such as
-Q5_0, has those weights dequantised to dense layers)."""
+IQ4_XS or F16, has those weights dequantised to dense layers)."""
 
 from __future__ import annotations
 
