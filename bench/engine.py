@@ -387,7 +387,7 @@ def bench_prefix(args: argparse.Namespace, llm: LLM) -> None:
         llm.generate(prefix + random_prompt(g, 5, vocab), one)  # puts the prefix in the cache
         prompt = prefix + random_prompt(g, args.prefix_len - args.prefix_cached, vocab)
         out = llm.generate(prompt, one)[0]
-        assert out.cached_tokens >= args.prefix_cached - llm.engine.config.block_size, out.cached_tokens
+        assert out.cached_tokens >= args.prefix_cached - llm.engine.config.kv.block_size, out.cached_tokens
         cached.append(out.timing.ttft)
         fresh = random_prompt(g, args.prefix_len, vocab)
         uncached.append(llm.generate(fresh, one)[0].timing.ttft)

@@ -105,9 +105,9 @@ class AsyncLLM:
                 raise self._dead()
             queued = (self.engine.num_waiting_requests() + self._adds_in_hand
                       + sum(1 for c, _ in self._commands if c == "add"))
-            if queued >= self.engine.config.max_waiting_requests:
+            if queued >= self.engine.config.scheduler.max_waiting_requests:
                 raise QueueFullError(f"{queued} requests are waiting (max_waiting_requests="
-                                     f"{self.engine.config.max_waiting_requests}); retry later")
+                                     f"{self.engine.config.scheduler.max_waiting_requests}); retry later")
             if request_id in self._streams:
                 raise ValueError(f"request id {request_id!r} is already in use")
             self._streams[request_id] = stream

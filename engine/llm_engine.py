@@ -59,45 +59,45 @@ class LLMEngine:
     def __init__(self, model: Any = "smollm2", **config: Any) -> None:
         self.config = EngineConfig.from_kwargs(model if isinstance(model, str) else "<given>", **config)
         cfg = self.config
-        self.device = devices.resolve(cfg.device)
-        self.dtype = devices.parse_dtype(cfg.dtype)
-        self.num_threads = devices.set_num_threads(cfg.num_threads)
-        self.model, self.model_info = load(model, self.dtype, self.device, cfg.weight_format)
+        self.device = devices.resolve(cfg.checkpoint.device)
+        self.dtype = devices.parse_dtype(cfg.checkpoint.dtype)
+        self.num_threads = devices.set_num_threads(cfg.kernels.num_threads)
+        self.model, self.model_info = load(model, self.dtype, self.device, cfg.kernels.weight_format)
         num_blocks = kv_cache_blocks(
-            self.model, block_size=cfg.block_size, dtype=self.dtype, device=self.device,
-            num_kv_blocks=cfg.num_kv_blocks, kv_cache_bytes=cfg.kv_cache_bytes, fraction=cfg.kv_cache_fraction,
-            cpu_cap=cfg.kv_cache_max_bytes)
+            self.model, block_size=cfg.kv.block_size, dtype=self.dtype, device=self.device,
+            num_kv_blocks=cfg.kv.num_kv_blocks, kv_cache_bytes=cfg.kv.kv_cache_bytes, fraction=cfg.kv.kv_cache_fraction,
+            cpu_cap=cfg.kv.kv_cache_max_bytes)
         context = int(getattr(self.model_info, "context_length", 0) or 1 << 30)
-        self.max_model_len = min(cfg.max_model_len or context, num_blocks * cfg.block_size)
+        self.max_model_len = min(cfg.checkpoint.max_model_len or context, num_blocks * cfg.kv.block_size)
         self.vocab_size = int(self.model_info.vocab_size)
         self.eos_token_ids = frozenset(int(t) for t in self.model_info.eos_token_ids)
         kinds: MultiKindBlockManager | None = None
         specs = self.model.cache_specs() if hasattr(self.model, "cache_specs") else []
         if specs and all(isinstance(s, KindSpec) for s in specs):  # several cache kinds (DeepSeek-V4)
-            kinds = MultiKindBlockManager(self.model.cache_specs(), num_blocks, cfg.block_size,
-                                          cfg.enable_prefix_caching, cfg.max_num_seqs, cfg.release_window_blocks)
-        self.block_manager = kinds or BlockManager(num_blocks, cfg.block_size, cfg.enable_prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, max_num_seqs=cfg.max_num_seqs,
-                                   max_num_batched_tokens=cfg.max_num_batched_tokens,
+            kinds = MultiKindBlockManager(self.model.cache_specs(), num_blocks, cfg.kv.block_size,
+                                          cfg.kv.enable_prefix_caching, cfg.scheduler.max_num_seqs, cfg.kv.release_window_blocks)
+        self.block_manager = kinds or BlockManager(num_blocks, cfg.kv.block_size, cfg.kv.enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, max_num_seqs=cfg.scheduler.max_num_seqs,
+                                   max_num_batched_tokens=cfg.scheduler.max_num_batched_tokens,
                                    max_model_len=self.max_model_len)
         # None: the model's own default (DeepSeek-V4: "batched"), else the per-sequence reference
-        self.attention_backend = str(cfg.attention_backend or getattr(self.model, "default_attention_backend",
+        self.attention_backend = str(cfg.kernels.attention_backend or getattr(self.model, "default_attention_backend",
                                                                        "reference"))
-        self.runner = ModelRunner(self.model, block_size=cfg.block_size, num_blocks=num_blocks,
+        self.runner = ModelRunner(self.model, block_size=cfg.kv.block_size, num_blocks=num_blocks,
                                   dtype=self.dtype, device=self.device, attention_backend=self.attention_backend,
-                                  weight_format=cfg.weight_format, moe_backend=cfg.moe_backend,
-                                  kinds=kinds, norm_backend=cfg.norm_backend,
-                                  decode_backend=cfg.decode_backend, linear_backend=cfg.linear_backend,
-                                  huge_pages=cfg.huge_pages)
+                                  weight_format=cfg.kernels.weight_format, moe_backend=cfg.kernels.moe_backend,
+                                  kinds=kinds, norm_backend=cfg.kernels.norm_backend,
+                                  decode_backend=cfg.kernels.decode_backend, linear_backend=cfg.kernels.linear_backend,
+                                  huge_pages=cfg.kernels.huge_pages)
         self.swa_sessions: Any = None
-        if cfg.swa_session_bytes is not None:
+        if cfg.session.swa_session_bytes is not None:
             if kinds is None:
                 raise ValueError("swa_session_bytes needs a model with a sliding-window cache (DeepSeek-V4)")
             from recipe.engine.window_sessions import WindowSessions
 
             self.swa_sessions = kinds.sessions = WindowSessions.from_config(cfg, self.model)
         self.kv_tiers: Any = None
-        if cfg.kv_tiers_enabled:
+        if cfg.kv.kv_tiers_enabled:
             from recipe.engine.kv_tiers import KVTiers
 
             if kinds is None:
@@ -109,20 +109,20 @@ class LLMEngine:
                 if self.swa_sessions is None:
                     raise ValueError(TIERS_NEED_SESSIONS)
                 s = self.swa_sessions
-                window = s.rows / s.grain if cfg.swa_persist_window else 0.0
+                window = s.rows / s.grain if cfg.session.swa_persist_window else 0.0
                 self.kv_tiers = KindTiers.from_config(cfg, self.model, self.model_info, self.dtype, window)
             self.block_manager.tiers = self.kv_tiers
         # The model always runs on this one thread (so both modes run it alike); only async mode overlaps.
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             1, thread_name_prefix="recipe-model", initializer=devices.set_num_threads, initargs=(self.num_threads,))
-        if cfg.step_threads == "auto" and self.num_threads > 1 and self.device.type == "cpu":
+        if cfg.kernels.step_threads == "auto" and self.num_threads > 1 and self.device.type == "cpu":
             from recipe.engine.step_threads import profile_step_threads
 
             self.runner.step_threads = self._executor.submit(lambda: profile_step_threads(
-                self.runner, num_threads=self.num_threads, max_seqs=cfg.max_num_seqs,
-                max_tokens=cfg.max_num_batched_tokens)).result()
+                self.runner, num_threads=self.num_threads, max_seqs=cfg.scheduler.max_num_seqs,
+                max_tokens=cfg.scheduler.max_num_batched_tokens)).result()
         self.speculator: Any = None
-        if cfg.speculative is not None:
+        if cfg.spec.speculative is not None:
             from recipe.engine.speculative import build_speculator
 
             self.speculator = build_speculator(
@@ -133,7 +133,7 @@ class LLMEngine:
         # drafts a verify step accepts: a verify step runs alone (no overlap), and a step that drafts first waits
         # for the step in flight. Steps that draft nothing overlap as without speculation (`speculative_async`;
         # off: every step waits for its predecessor).
-        self.async_scheduling = cfg.async_scheduling and (self.speculator is None or cfg.speculative_async)
+        self.async_scheduling = cfg.scheduler.async_scheduling and (self.speculator is None or cfg.spec.speculative_async)
         self._inflight: deque[tuple[SchedulerOutput, Future[StepResult]]] = deque()
         self.requests: dict[str, list[Sequence]] = {}
         self._first_token_time: dict[int, float] = {}
@@ -160,9 +160,9 @@ class LLMEngine:
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> list[int]:
         """Check a request against this engine (thread-safe: reads only fixed facts); returns the ids."""
         ids = check_prompt(prompt_ids, params, self.vocab_size, self.max_model_len)
-        if params.kv_retention is not None and params.kv_retention not in self.config.kv_retention:
+        if params.kv_retention is not None and params.kv_retention not in self.config.kv.kv_retention:
             raise ValueError(f"unknown KV retention class {params.kv_retention!r}; "
-                             f"known: {sorted(self.config.kv_retention)}")
+                             f"known: {sorted(self.config.kv.kv_retention)}")
         return ids
 
     def abort_request(self, request_id: str) -> list[RequestOutput]:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from recipe.engine.session_cache import SessionCache, WindowState, replay_tokens, window_rows_per_state
+
+if TYPE_CHECKING:
+    from recipe.engine.config import EngineConfig
 
 
 class WindowSessions:
@@ -24,19 +27,22 @@ class WindowSessions:
         self._flat = window_pool.view(nb * bs, width)
 
     @classmethod
-    def from_config(cls, config: Any, model: Any) -> WindowSessions:
+    def from_config(cls, config: EngineConfig, model: Any) -> WindowSessions:
         """The session cache `EngineConfig` asks for (`swa_session_bytes`, `_ttl`, `_grain`, `swa_replay*`)."""
+        session, block_size = config.session, config.kv.block_size
+        if session.swa_session_bytes is None:
+            raise ValueError("the sliding-window session cache needs swa_session_bytes")
         lookback = max(layer.self_attn.lookback for layer in model.decoder_layers())
-        rows = window_rows_per_state(lookback, config.block_size)
-        if config.swa_session_grain < rows:
+        rows = window_rows_per_state(lookback, block_size)
+        if session.swa_session_grain < rows:
             raise ValueError(f"swa_session_grain must be >= the window state ({rows} tokens)")
         for spec in model.cache_specs()[1:]:
-            if config.swa_session_grain % spec.tokens_per_row:
+            if session.swa_session_grain % spec.tokens_per_row:
                 raise ValueError(f"swa_session_grain must be a multiple of compression rate {spec.tokens_per_row}")
-        replay = replay_tokens(model, config.swa_replay_margin, config.block_size) if config.swa_replay else None
-        cache = SessionCache(config.swa_session_bytes, config.swa_session_ttl)
+        replay = replay_tokens(model, session.swa_replay_margin, block_size) if session.swa_replay else None
+        cache = SessionCache(session.swa_session_bytes, session.swa_session_ttl)
         exact = replay is None or replay >= model.exact_replay_tokens()
-        return cls(cache, model.pools["window"], config.swa_session_grain, rows, replay, exact)
+        return cls(cache, model.pools["window"], session.swa_session_grain, rows, replay, exact)
 
     @property
     def stats(self) -> Any:

@@ -59,7 +59,7 @@ def _worker(rank: int, world: int, port: int, model_path: str, config: dict[str,
         from recipe.engine.models.safetensors_loader import SafetensorsCheckpoint
 
         cfg = EngineConfig.from_kwargs(model_path, **config)
-        loaded = load_model(model_path, dtype=parse_dtype(cfg.dtype), device=cfg.device,
+        loaded = load_model(model_path, dtype=parse_dtype(cfg.checkpoint.dtype), device=cfg.checkpoint.device,
                             shard=shard_for_rank(rank, world))
         engine_config = {k: v for k, v in config.items() if k not in EP_FIELDS}
         engine = LLMEngine(loaded, **{**engine_config, "async_scheduling": False})
@@ -68,7 +68,7 @@ def _worker(rank: int, world: int, port: int, model_path: str, config: dict[str,
             raise ValueError("expert parallelism needs a mixture-of-experts checkpoint (DeepSeek-V3 or DeepSeek-V4); "
                              f"{model_path!r} has no routed experts")
         layer = _first_ep_layer(model)
-        recorder = ExpertLoadRecorder(model) if cfg.eplb_interval_steps else None
+        recorder = ExpertLoadRecorder(model) if cfg.parallel.eplb_interval_steps else None
         fetch = CheckpointExperts(SafetensorsCheckpoint(model_path))
         conn.send(("ready", engine.model_info, engine.max_model_len))
     except BaseException as exc:  # reported to the driver, which raises it
@@ -92,9 +92,9 @@ def _worker(rank: int, world: int, port: int, model_path: str, config: dict[str,
                     if layer.calls == before:  # no forward ran here: still meet the others in every layer
                         enter_collectives_without_tokens(model)
                 steps += 1
-                if recorder is not None and steps % cfg.eplb_interval_steps == 0:  # type: ignore[operator]
+                if recorder is not None and steps % cfg.parallel.eplb_interval_steps == 0:  # type: ignore[operator]
                     with torch.inference_mode():
-                        rebalance(model, recorder, rank, world, cfg.eplb_redundant_experts, fetch)
+                        rebalance(model, recorder, rank, world, cfg.parallel.eplb_redundant_experts, fetch)
                 reply = (out, set(engine.requests), engine.num_waiting_requests())
             elif cmd == "stats":
                 reply = engine.stats()
@@ -121,7 +121,7 @@ class ExpertParallelEngine:
         if not isinstance(model, str):
             raise ValueError("expert parallelism loads the checkpoint in every rank: pass a checkpoint path")
         self.config = EngineConfig.from_kwargs(model, **config)
-        world = self.config.expert_parallel_size
+        world = self.config.parallel.expert_parallel_size
         ctx = mp.get_context("spawn")
         port = free_port()
         self._conns: list[Any] = []
@@ -129,7 +129,7 @@ class ExpertParallelEngine:
         self._owner: dict[str, int] = {}
         self._unfinished = [False] * world
         self._waiting = [0] * world
-        plain = {f.name: getattr(self.config, f.name) for f in fields(EngineConfig) if f.name in config}
+        plain = {k: v for k, v in self.config.flat().items() if k in config}
         try:
             for r in range(world):
                 mine, theirs = ctx.Pipe()

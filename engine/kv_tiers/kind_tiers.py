@@ -22,12 +22,15 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from recipe.engine.kv_tiers.device_blocks import DeviceBlocks
 from recipe.engine.kv_tiers.tier import KVTier, StoredBlock, TierStats
 from recipe.engine.kv_tiers.tiered import KVTiers, LatencyHistogram, TierSnapshot
+
+if TYPE_CHECKING:
+    from recipe.engine.config import EngineConfig
 
 
 class PoolBlocks:
@@ -124,7 +127,7 @@ class KindTiers:
         return TierSnapshot(tuple(merged.values()), copy, self.restored_blocks)
 
     @classmethod
-    def from_config(cls, config: Any, model: Any, info: Any, dtype: Any, window_per_token: float) -> KindTiers:
+    def from_config(cls, config: EngineConfig, model: Any, info: Any, dtype: Any, window_per_token: float) -> KindTiers:
         """The tiers `EngineConfig` asks for, one stack per kind of `model.cache_specs()`; the window kind stores
         `window_per_token` rows per token (0 when window state is not persisted: no window stack)."""
         from recipe.engine.kv_kinds import rows_per_block, tokens_per_block
@@ -133,8 +136,8 @@ class KindTiers:
         from recipe.engine.kv_tiers.namespace import Namespace
         from recipe.engine.kv_tiers.retention import RetentionPolicy
 
-        namespace = Namespace.of(model, info, dtype, config.block_size).digest
-        bs = config.block_size
+        namespace = Namespace.of(model, info, dtype, config.kv.block_size).digest
+        bs = config.kv.block_size
         weights: dict[str, float] = {}
         devices: dict[str, DeviceBlocks] = {}
         for spec in model.cache_specs():
@@ -144,19 +147,19 @@ class KindTiers:
             if per_token > 0:
                 weights[spec.name] = per_token
                 devices[spec.name] = DeviceBlocks(PoolBlocks(spec.name, model.pools[spec.name]))
-        host = budget_shares(config.kv_host_bytes, weights) if config.kv_host_bytes is not None else {}
-        disk = budget_shares(config.kv_disk_bytes, weights) if config.kv_disk_bytes is not None else {}
+        host = budget_shares(config.kv.kv_host_bytes, weights) if config.kv.kv_host_bytes is not None else {}
+        disk = budget_shares(config.kv.kv_disk_bytes, weights) if config.kv.kv_disk_bytes is not None else {}
         stacks = {}
         for kind, device in devices.items():
             ns = kind_namespace(namespace, kind)
             tiers: list[KVTier] = []
-            if config.kv_host_bytes is not None:
+            if config.kv.kv_host_bytes is not None:
                 try:
                     tiers.append(HostTier(host[kind], ns, bs, device.kv_bytes))
                 except ValueError as exc:
                     raise ValueError(f"kv_host_bytes: the {kind} cache's share ({host[kind]} bytes) {exc}") from None
-            if config.kv_dir is not None:
-                tiers.append(FileTier(config.kv_dir, ns, bs, device.kv_bytes, capacity_bytes=disk.get(kind),
-                                      policy=RetentionPolicy(config.kv_retention)))
+            if config.kv.kv_dir is not None:
+                tiers.append(FileTier(config.kv.kv_dir, ns, bs, device.kv_bytes, capacity_bytes=disk.get(kind),
+                                      policy=RetentionPolicy(config.kv.kv_retention)))
             stacks[kind] = KVTiers(tiers, device)
         return cls(stacks)

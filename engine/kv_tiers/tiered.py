@@ -15,11 +15,14 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from recipe.engine.kv_tiers.device_blocks import DeviceBlocks
 from recipe.engine.kv_tiers.tier import KVTier, StoredBlock, TierStats
+
+if TYPE_CHECKING:
+    from recipe.engine.config import EngineConfig
 
 RESTORE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -120,7 +123,7 @@ class KVTiers:
         return TierSnapshot(tuple(TierStats(**t.stats.__dict__) for t in self.tiers), copy, self.restored_blocks)
 
     @classmethod
-    def from_config(cls, config: Any, model: Any, info: Any, dtype: Any, kv_cache: Any) -> KVTiers:
+    def from_config(cls, config: EngineConfig, model: Any, info: Any, dtype: Any, kv_cache: Any) -> KVTiers:
         """The tiers `EngineConfig` asks for (`kv_host_bytes`, `kv_dir`, `kv_disk_bytes`, `kv_retention`)."""
         from recipe.engine.kv_tiers.file_tier import FileTier
         from recipe.engine.kv_tiers.host_tier import HostTier
@@ -132,13 +135,13 @@ class KVTiers:
 
             kv_cache = LayerCaches(model)
         device = DeviceBlocks(kv_cache)
-        namespace = Namespace.of(model, info, dtype, config.block_size).digest
+        namespace = Namespace.of(model, info, dtype, config.kv.block_size).digest
         tiers: list[KVTier] = []
-        if config.kv_host_bytes is not None:
-            tiers.append(HostTier(config.kv_host_bytes, namespace, config.block_size, device.kv_bytes))
-        if config.kv_dir is not None:
-            tiers.append(FileTier(config.kv_dir, namespace, config.block_size, device.kv_bytes,
-                                  capacity_bytes=config.kv_disk_bytes, policy=RetentionPolicy(config.kv_retention)))
+        if config.kv.kv_host_bytes is not None:
+            tiers.append(HostTier(config.kv.kv_host_bytes, namespace, config.kv.block_size, device.kv_bytes))
+        if config.kv.kv_dir is not None:
+            tiers.append(FileTier(config.kv.kv_dir, namespace, config.kv.block_size, device.kv_bytes,
+                                  capacity_bytes=config.kv.kv_disk_bytes, policy=RetentionPolicy(config.kv.kv_retention)))
         return cls(tiers, device)
 
     def flush(self) -> None:

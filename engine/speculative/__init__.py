@@ -5,13 +5,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recipe.engine.speculative.cost_model import StepCost
 from recipe.engine.speculative.drafter import Draft, Drafter
 from recipe.engine.speculative.metrics import SpecMetrics
 from recipe.engine.speculative.ngram import NgramDrafter
 from recipe.engine.speculative.speculator import AUTO_MAX_DRAFT, Speculator
+
+if TYPE_CHECKING:
+    from recipe.engine.config import EngineConfig
 
 __all__ = ["Draft", "Drafter", "NgramDrafter", "SpecMetrics", "Speculator", "StepCost", "build_speculator"]
 
@@ -35,31 +38,34 @@ def make_drafter(method: str, max_draft: int, model: Any, model_name: str, runne
     raise ValueError(f"speculative={method!r} is not available for this model")
 
 
-def build_speculator(config: Any, *, model: Any, runner: Any, run_on_model_thread: Any, block_manager: Any,
+def build_speculator(config: EngineConfig, *, model: Any, runner: Any, run_on_model_thread: Any, block_manager: Any,
                      max_model_len: int, vocab_size: int) -> Speculator:
-    """The speculator for `config.speculative` ("auto" lengths: cost model loaded, or profiled now)."""
-    k = config.num_speculative_tokens
+    """The speculator for `config.spec.speculative` ("auto" lengths: cost model loaded, or profiled now)."""
+    spec = config.spec
+    if spec.speculative is None:
+        raise ValueError("build_speculator needs a drafter (EngineConfig.spec.speculative)")
+    k = spec.num_speculative_tokens
     max_draft = AUTO_MAX_DRAFT if k == "auto" else int(k)
-    drafter = make_drafter(config.speculative, max_draft, model, config.model, runner,
-                           full_vocab=config.speculative_draft_vocab == "full",
-                           offline_weight=config.speculative_offline_weight,
-                           ngram_extend=config.speculative_ngram_extend,
-                           ngram_match_buckets=config.speculative_ngram_match_buckets,
-                           head_weights=config.speculative_draft_head_weights)
+    drafter = make_drafter(spec.speculative, max_draft, model, config.checkpoint.model, runner,
+                           full_vocab=spec.speculative_draft_vocab == "full",
+                           offline_weight=spec.speculative_offline_weight,
+                           ngram_extend=spec.speculative_ngram_extend,
+                           ngram_match_buckets=spec.speculative_ngram_match_buckets,
+                           head_weights=spec.speculative_draft_head_weights)
     cost = None
     if k == "auto":
-        if config.speculative_cost_model is not None:
-            cost = StepCost.load(config.speculative_cost_model)
+        if spec.speculative_cost_model is not None:
+            cost = StepCost.load(spec.speculative_cost_model)
         else:
             from recipe.engine.speculative.profile import profile_step_cost
 
             cost = run_on_model_thread(lambda: profile_step_cost(
-                runner, max_seqs=min(config.max_num_seqs, 8), max_query=max_draft + 1,
-                grid=config.speculative_cost_fit != "plane", convex=config.speculative_cost_fit == "convex"))
-        cost.learn_cells, cost.fit_cells = config.speculative_cost_cells, config.speculative_cost_cells_fit
+                runner, max_seqs=min(config.scheduler.max_num_seqs, 8), max_query=max_draft + 1,
+                grid=spec.speculative_cost_fit != "plane", convex=spec.speculative_cost_fit == "convex"))
+        cost.learn_cells, cost.fit_cells = spec.speculative_cost_cells, spec.speculative_cost_cells_fit
     return Speculator(drafter, k, block_manager=block_manager, max_model_len=max_model_len,
-                      max_num_batched_tokens=config.max_num_batched_tokens, vocab_size=vocab_size, cost=cost,
-                      unverified_verdicts=config.speculative_unverified_verdicts,
-                      hit_window=config.speculative_hit_window,
-                      pause_margin=config.speculative_pause_margin,
-                      price_drafting=config.speculative_price_drafting)
+                      max_num_batched_tokens=config.scheduler.max_num_batched_tokens, vocab_size=vocab_size, cost=cost,
+                      unverified_verdicts=spec.speculative_unverified_verdicts,
+                      hit_window=spec.speculative_hit_window,
+                      pause_margin=spec.speculative_pause_margin,
+                      price_drafting=spec.speculative_price_drafting)

@@ -52,7 +52,7 @@ def test_step_threads_default_to_the_profile_and_leave_greedy_tokens_unchanged(
     out = tmp_path / "out.jsonl"
     assert main(["generate", str(batch), "-o", str(out), "--model", str(llama_checkpoint), "--threads", "2",
                  "--no-progress", *flag]) == 0
-    assert built[0].engine.config.step_threads == ("off" if flag else "auto")
+    assert built[0].engine.config.kernels.step_threads == ("off" if flag else "auto")
     assert (built[0].engine.runner.step_threads is None) == bool(flag)  # the profile ran only with auto
     plain = LLM(str(llama_checkpoint), num_threads=2)
     expected = plain.generate([[5, 6, 7, 8, 9]], SamplingParams(temperature=0.0, max_tokens=8))

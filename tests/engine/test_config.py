@@ -21,7 +21,7 @@ def test_unknown_option_is_named() -> None:
 ])
 def test_bad_values_are_named(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        EngineConfig(**kwargs)  # type: ignore[arg-type]
+        EngineConfig.from_kwargs(**kwargs)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -17,26 +17,26 @@ from qwen2_checkpoints import hf_with_gguf_weights, make_hf_qwen2, write_qwen2_g
 
 
 def speed(c: EngineConfig) -> tuple[object, ...]:
-    return c.weight_format, c.attention_backend, c.norm_backend, c.decode_backend
+    return c.kernels.weight_format, c.kernels.attention_backend, c.kernels.norm_backend, c.kernels.decode_backend
 
 
 def test_gguf_checkpoints_default_to_the_fast_path_and_folders_to_their_dtype() -> None:
-    assert speed(EngineConfig(model="smollm2")) == ("gguf", "native", "native", "fused")
-    assert speed(EngineConfig(model="/m/DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf")) == ("gguf", "native", "native",
+    assert speed(EngineConfig.from_kwargs(model="smollm2")) == ("gguf", "native", "native", "fused")
+    assert speed(EngineConfig.from_kwargs(model="/m/DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf")) == ("gguf", "native", "native",
                                                                                        "fused")
-    assert speed(EngineConfig(model="/m/checkpoint-folder")) == ("dtype", None, "torch", "fused")
-    assert "fast path: the GGUF file's own quantised blocks" in EngineConfig(model="smollm2").compute_path
+    assert speed(EngineConfig.from_kwargs(model="/m/checkpoint-folder")) == ("dtype", None, "torch", "fused")
+    assert "fast path: the GGUF file's own quantised blocks" in EngineConfig.from_kwargs(model="smollm2").compute_path
 
 
 def test_exact_is_the_reference_and_explicit_options_win() -> None:
-    assert speed(EngineConfig(model="smollm2", exact=True)) == ("dtype", "reference", "torch", "layers")
-    assert EngineConfig(model="smollm2", exact=True).compute_path.startswith("exact reference path")
-    assert speed(EngineConfig(model="smollm2", exact=True, weight_format="gguf")) == ("gguf", "reference", "torch",
+    assert speed(EngineConfig.from_kwargs(model="smollm2", exact=True)) == ("dtype", "reference", "torch", "layers")
+    assert EngineConfig.from_kwargs(model="smollm2", exact=True).compute_path.startswith("exact reference path")
+    assert speed(EngineConfig.from_kwargs(model="smollm2", exact=True, weight_format="gguf")) == ("gguf", "reference", "torch",
                                                                                       "layers")
-    assert speed(EngineConfig(model="smollm2", weight_format="dtype", norm_backend="torch")) == (
+    assert speed(EngineConfig.from_kwargs(model="smollm2", weight_format="dtype", norm_backend="torch")) == (
         "dtype", "native", "torch", "fused")
     with pytest.raises(ValueError, match="weight_format must be one of"):
-        EngineConfig(model="smollm2", weight_format="q4_k")
+        EngineConfig.from_kwargs(model="smollm2", weight_format="q4_k")
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +104,8 @@ def test_recipe_serve_names_the_path_at_start_up() -> None:
 
     from recipe.cli import build_parser
 
-    backend = SimpleNamespace(engine=SimpleNamespace(engine=SimpleNamespace(config=EngineConfig(model="smollm2"))))
+    backend = SimpleNamespace(engine=SimpleNamespace(engine=SimpleNamespace(config=EngineConfig.from_kwargs(model="smollm2"))))
     assert engine_compute_path(backend).startswith("fast path: the GGUF file's own quantised blocks")  # type: ignore[arg-type]
     assert engine_compute_path(SimpleNamespace()) is None  # type: ignore[arg-type]
     args = build_parser().parse_args(["serve", "--exact"])
-    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).weight_format == "dtype"
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).kernels.weight_format == "dtype"

@@ -80,22 +80,22 @@ def test_engine_flags_set_every_engine_option_with_vllm_names() -> None:
         "--max-num-batched-tokens", "256", "--max-model-len", "512", "--no-enable-prefix-caching",
         "--no-async-scheduling"])
     config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
-    assert (config.dtype, config.num_threads, config.kv_cache_bytes, config.max_num_seqs,
-            config.max_num_batched_tokens, config.max_model_len, config.enable_prefix_caching,
-            config.async_scheduling) == ("bfloat16", 2, 1_000_000, 4, 256, 512, False, False)
+    assert (config.checkpoint.dtype, config.kernels.num_threads, config.kv.kv_cache_bytes, config.scheduler.max_num_seqs,
+            config.scheduler.max_num_batched_tokens, config.checkpoint.max_model_len, config.kv.enable_prefix_caching,
+            config.scheduler.async_scheduling) == ("bfloat16", 2, 1_000_000, 4, 256, 512, False, False)
     on = engine_config_from_args(parser.parse_args(["serve", "--enable-prefix-caching", "--async-scheduling"]))
     assert on == {"enable_prefix_caching": True, "async_scheduling": True, "step_threads": "auto"}
     speed = engine_config_from_args(parser.parse_args(["serve", "--weight-format", "q4_1", "--attention-backend", "native",
                                                       "--norm-backend", "native", "--decode-backend", "fused",
                                                       "--linear-backend", "few-rows", "--step-threads", "auto"]))
     config = EngineConfig.from_kwargs("smollm2", **speed)
-    assert (config.weight_format, config.attention_backend, config.norm_backend, config.decode_backend,
-            config.linear_backend, config.step_threads) == ("q4_1", "native", "native", "fused", "few-rows", "auto")
+    assert (config.kernels.weight_format, config.kernels.attention_backend, config.kernels.norm_backend, config.kernels.decode_backend,
+            config.kernels.linear_backend, config.kernels.step_threads) == ("q4_1", "native", "native", "fused", "few-rows", "auto")
     off = engine_config_from_args(parser.parse_args(["serve", "--step-threads", "off"]))
-    assert off == {"step_threads": "off"} and EngineConfig.from_kwargs("smollm2", **off).step_threads == "off"
-    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(parser.parse_args(["serve"]))).huge_pages
+    assert off == {"step_threads": "off"} and EngineConfig.from_kwargs("smollm2", **off).kernels.step_threads == "off"
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(parser.parse_args(["serve"]))).kernels.huge_pages
     pages = engine_config_from_args(parser.parse_args(["serve", "--no-huge-pages"]))
-    assert pages["huge_pages"] is False and not EngineConfig.from_kwargs("smollm2", **pages).huge_pages
+    assert pages["huge_pages"] is False and not EngineConfig.from_kwargs("smollm2", **pages).kernels.huge_pages
 
 
 def test_an_engine_option_out_of_range_is_a_clear_exit() -> None:

@@ -30,8 +30,8 @@ def test_flags_map_to_engine_config_fields() -> None:
         "kv_retention": ["agent=1d", "batch=12h"]}
     from recipe.engine.config import EngineConfig
 
-    cfg = EngineConfig(**kv_engine_config(args))
-    assert cfg.kv_retention == {"chat": 7 * 86400.0, "agent": 86400.0, "batch": 43200.0}
+    cfg = EngineConfig.from_kwargs(**kv_engine_config(args))
+    assert cfg.kv.kv_retention == {"chat": 7 * 86400.0, "agent": 86400.0, "batch": 43200.0}
 
 
 @pytest.mark.parametrize("bad", [("--kv-host-bytes", "lots"), ("--kv-disk-bytes", "0"),

@@ -18,17 +18,17 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_flags_map_to_engine_config_fields() -> None:
     assert swa_engine_config(parse()) == {}
-    off = EngineConfig(**swa_engine_config(parse()))
-    assert off.swa_session_bytes is None and off.swa_session_ttl == 180.0 and off.swa_session_grain == 128
-    assert off.swa_replay and off.swa_replay_margin is None
+    off = EngineConfig.from_kwargs(**swa_engine_config(parse()))
+    assert off.session.swa_session_bytes is None and off.session.swa_session_ttl == 180.0 and off.session.swa_session_grain == 128
+    assert off.session.swa_replay and off.session.swa_replay_margin is None
     args = parse("--swa-session-bytes", "256MiB", "--swa-session-ttl", "90", "--swa-session-grain", "256",
                  "--swa-replay-margin", "12")
     assert swa_engine_config(args) == {"swa_session_bytes": 256 << 20, "swa_session_ttl": 90.0,
                                        "swa_session_grain": 256, "swa_replay_margin": 12}
     assert swa_engine_config(parse("--swa-session-bytes", "1GiB", "--no-swa-replay", "--swa-replay-margin",
                                    "exact")) == {"swa_session_bytes": 1 << 30, "swa_replay": False}
-    cfg = EngineConfig(**swa_engine_config(args))
-    assert (cfg.swa_session_bytes, cfg.swa_session_ttl, cfg.swa_replay_margin) == (256 << 20, 90.0, 12)
+    cfg = EngineConfig.from_kwargs(**swa_engine_config(args))
+    assert (cfg.session.swa_session_bytes, cfg.session.swa_session_ttl, cfg.session.swa_replay_margin) == (256 << 20, 90.0, 12)
 
 
 @pytest.mark.parametrize("bad", [("--swa-session-bytes", "lots"), ("--swa-session-ttl", "0"),

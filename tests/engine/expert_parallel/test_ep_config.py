@@ -17,7 +17,7 @@ from recipe.cli import build_parser
 
 def test_off_by_default_and_checked() -> None:
     c = EngineConfig.from_kwargs("smollm2")
-    assert (c.expert_parallel_size, c.eplb_interval_steps, c.eplb_redundant_experts) == (1, None, 0)
+    assert (c.parallel.expert_parallel_size, c.parallel.eplb_interval_steps, c.parallel.eplb_redundant_experts) == (1, None, 0)
     for bad in ({"expert_parallel_size": 0}, {"eplb_interval_steps": 0}, {"eplb_redundant_experts": -1}):
         with pytest.raises(ValueError):
             EngineConfig.from_kwargs("smollm2", **bad)
@@ -27,7 +27,7 @@ def test_serve_flag_reaches_the_engine_config() -> None:
     parser = build_parser()
     assert "expert_parallel_size" not in engine_config_from_args(parser.parse_args(["serve"]))
     kwargs = engine_config_from_args(parser.parse_args(["serve", "--expert-parallel-size", "4"]))
-    assert EngineConfig.from_kwargs("m", **kwargs).expert_parallel_size == 4
+    assert EngineConfig.from_kwargs("m", **kwargs).parallel.expert_parallel_size == 4
 
 
 def test_dense_checkpoint_is_refused_and_ranks_are_ended(llama_checkpoint: Path,

@@ -95,6 +95,6 @@ def test_steps_past_the_last_bucket_run_on_every_thread() -> None:
 
 
 def test_step_threads_takes_auto_or_off_only() -> None:
-    assert EngineConfig(step_threads="auto").step_threads == "auto"
+    assert EngineConfig.from_kwargs(step_threads="auto").kernels.step_threads == "auto"
     with pytest.raises(ValueError, match="step_threads must be"):
-        EngineConfig(step_threads="2")
+        EngineConfig.from_kwargs(step_threads="2")

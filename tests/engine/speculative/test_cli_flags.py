@@ -12,51 +12,51 @@ from recipe.cli import build_parser
 def test_flags_map_to_the_engine_config() -> None:
     parser = build_parser()
     assert "speculative" not in engine_config_from_args(parser.parse_args(["serve"]))
-    assert EngineConfig.from_kwargs("smollm2").speculative is None  # off by default
+    assert EngineConfig.from_kwargs("smollm2").spec.speculative is None  # off by default
     for argv, k in ((["--num-speculative-tokens", "3"], 3), (["--num-speculative-tokens", "auto"], "auto"), ([], "auto")):
         kwargs = engine_config_from_args(parser.parse_args(["serve", "--speculative", "ngram", *argv]))
         config = EngineConfig.from_kwargs("smollm2", **kwargs)
-        assert (config.speculative, config.num_speculative_tokens) == ("ngram", k)
-    assert (EngineConfig.from_kwargs("smollm2").speculative_cost_fit,
-            EngineConfig.from_kwargs("smollm2").speculative_draft_vocab) == ("convex", "reduced")
-    assert EngineConfig.from_kwargs("smollm2").speculative_cost_cells  # on by default
+        assert (config.spec.speculative, config.spec.num_speculative_tokens) == ("ngram", k)
+    assert (EngineConfig.from_kwargs("smollm2").spec.speculative_cost_fit,
+            EngineConfig.from_kwargs("smollm2").spec.speculative_draft_vocab) == ("convex", "reduced")
+    assert EngineConfig.from_kwargs("smollm2").spec.speculative_cost_cells  # on by default
     args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-cost-cells",
                               "--speculative-cost-fit", "grid"])
     config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
-    assert (config.speculative_cost_cells, config.speculative_cost_fit) == (False, "grid")
-    assert EngineConfig.from_kwargs("smollm2").speculative_cost_cells_fit  # on by default
+    assert (config.spec.speculative_cost_cells, config.spec.speculative_cost_fit) == (False, "grid")
+    assert EngineConfig.from_kwargs("smollm2").spec.speculative_cost_cells_fit  # on by default
     args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-cost-cells-fit"])
-    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_cost_cells_fit is False
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).spec.speculative_cost_cells_fit is False
     args = parser.parse_args(["serve", "--speculative", "draft-head", "--speculative-cost-fit", "plane",
                               "--speculative-draft-vocab", "full"])
     config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
-    assert (config.speculative_cost_fit, config.speculative_draft_vocab) == ("plane", "full")
-    assert config.speculative_draft_head_weights == "q8_0"  # the default
+    assert (config.spec.speculative_cost_fit, config.spec.speculative_draft_vocab) == ("plane", "full")
+    assert config.spec.speculative_draft_head_weights == "q8_0"  # the default
     args = parser.parse_args(["serve", "--speculative", "draft-head", "--speculative-draft-head-weights", "fp32"])
-    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_draft_head_weights == "fp32"
-    assert config.speculative_async  # on by default
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).spec.speculative_draft_head_weights == "fp32"
+    assert config.spec.speculative_async  # on by default
     args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-async"])
-    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_async is False
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).spec.speculative_async is False
     default = EngineConfig.from_kwargs("smollm2")
-    assert (default.speculative_unverified_verdicts, default.speculative_hit_window,
-            default.speculative_pause_margin) == (True, 24, 0.6)
+    assert (default.spec.speculative_unverified_verdicts, default.spec.speculative_hit_window,
+            default.spec.speculative_pause_margin) == (True, 24, 0.6)
     args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-unverified-verdicts",
                               "--speculative-hit-window", "5", "--speculative-pause-margin", "1",
                               "--speculative-offline-weight", "1e9"])
     config = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
-    assert (default.speculative_offline_weight, config.speculative_offline_weight) == (20.0, 1e9)
-    assert default.speculative_price_drafting and config.speculative_price_drafting
+    assert (default.spec.speculative_offline_weight, config.spec.speculative_offline_weight) == (20.0, 1e9)
+    assert default.spec.speculative_price_drafting and config.spec.speculative_price_drafting
     args = parser.parse_args(["serve", "--speculative", "draft-head", "--no-speculative-price-drafting"])
-    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_price_drafting is False
-    assert default.speculative_ngram_extend
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).spec.speculative_price_drafting is False
+    assert default.spec.speculative_ngram_extend
     args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-ngram-extend"])
-    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).speculative_ngram_extend is False
-    assert default.speculative_ngram_match_buckets
+    assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).spec.speculative_ngram_extend is False
+    assert default.spec.speculative_ngram_match_buckets
     args = parser.parse_args(["serve", "--speculative", "ngram", "--no-speculative-ngram-match-buckets"])
     config_off = EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args))
-    assert config_off.speculative_ngram_match_buckets is False
-    assert (config.speculative_unverified_verdicts, config.speculative_hit_window,
-            config.speculative_pause_margin) == (False, 5, 1.0)
+    assert config_off.spec.speculative_ngram_match_buckets is False
+    assert (config.spec.speculative_unverified_verdicts, config.spec.speculative_hit_window,
+            config.spec.speculative_pause_margin) == (False, 5, 1.0)
 
 
 @pytest.mark.parametrize("argv", [["--speculative", "eagle"], ["--num-speculative-tokens", "0"],
