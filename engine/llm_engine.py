@@ -12,12 +12,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from recipe.engine import device as devices
 from recipe.engine.block_manager import BlockManager
 from recipe.engine.config import EngineConfig
+from recipe.engine.core import EngineStats  # re-exported: callers import it from here
 from recipe.engine.kv_kinds import TIERS_NEED_SESSIONS, MultiKindBlockManager
 from recipe.engine.layers.v4_kv import CacheSpec as KindSpec
 from recipe.engine.model_runner import ModelRunner, StepResult, kv_cache_blocks
@@ -26,24 +27,6 @@ from recipe.engine.prompt_check import check_prompt
 from recipe.engine.sampling_params import SamplingParams
 from recipe.engine.scheduler import Scheduler, SchedulerOutput
 from recipe.engine.sequence import Sequence
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    running: int
-    waiting: int
-    kv_usage: float
-    num_kv_blocks: int
-    prefix_cache_queries: int  # prompt tokens looked up in the prefix cache
-    prefix_cache_hits: int  # of which found
-    prompt_tokens: int
-    output_tokens: int
-    steps: int
-    model_busy_s: float  # time the model thread spent running steps
-    kv_tiers: Any = None  # kv_tiers.TierSnapshot when the lower KV tiers are on
-    restored_tokens: int = 0  # prompt tokens restored from the lower KV tiers (part of prefix_cache_hits)
-    speculative: Any = None  # speculative.SpecMetrics when speculative decoding is on
-    swa_sessions: Any = None  # session_cache.SessionStats (a copy) when the sliding-window session cache is on
 
 
 def load(model: Any, dtype: Any, device: Any, weight_format: str = "dtype") -> tuple[Any, Any]:
