@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from recipe.engine.context import AttentionContext, reset_context, set_context
@@ -90,6 +91,17 @@ DEEPSEEK_SMALL = dict(
     n_group=4, topk_group=2, num_experts_per_tok=2, first_k_dense_replace=1, max_position_embeddings=512,
     routed_scaling_factor=2.5, bos_token_id=0, eos_token_id=1,
 )
+
+
+def paged_greedy(model: torch.nn.Module, prompt: Sequence[int], n: int, **driver: Any) -> list[int]:
+    """The engine model's n greedy tokens after `prompt`, one sequence through a PagedDriver (hf_greedy's twin)."""
+    drv = PagedDriver(model, num_seqs=1, max_len=64, **driver)
+    nxt = int(drv.step([(0, list(prompt))])[-1].argmax())
+    out = []
+    for _ in range(n):
+        out.append(nxt)
+        nxt = int(drv.step([(0, [nxt])])[0].argmax())
+    return out
 
 
 def write_tiny_deepseek(path: Path, seed: int, **overrides: object) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from gguf import GGMLQuantizationType as T
-from model_driver import PagedDriver
+from model_driver import PagedDriver, paged_greedy
 from qwen2_checkpoints import make_hf_qwen2, write_qwen2_gguf
 from recipe.engine.kernels.fused_llama import FusedLlamaDecoder, _gguf_linear
 from recipe.engine.kernels.native import library
@@ -81,20 +81,10 @@ def test_a_fused_row_gets_the_same_bits_alone_or_batched(gguf_file: Path) -> Non
         assert torch.equal(alone.step([(0, [token])])[0], together[i])
 
 
-def greedy(model: torch.nn.Module, n: int, **driver: object) -> list[int]:
-    drv = PagedDriver(model, num_seqs=1, max_len=64, **driver)  # type: ignore[arg-type]
-    nxt = int(drv.step([(0, PROMPT)])[-1].argmax())
-    out = []
-    for _ in range(n):
-        out.append(nxt)
-        nxt = int(drv.step([(0, [nxt])])[0].argmax())
-    return out
-
-
 def test_the_fast_paths_greedy_tokens_equal_the_exact_references(gguf_file: Path) -> None:
     reference, _ = load_model(gguf_file)  # dequantised to fp32, layered step, torch's norm
-    expected = greedy(reference, 16)
-    assert greedy(fast_model(gguf_file, "fused"), 16, attention_backend="native") == expected
+    expected = paged_greedy(reference, PROMPT, 16)
+    assert paged_greedy(fast_model(gguf_file, "fused"), PROMPT, 16, attention_backend="native") == expected
     assert len(set(expected)) > 3
 
 

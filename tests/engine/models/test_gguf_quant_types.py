@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import torch
 from gguf import GGMLQuantizationType as T
-from model_driver import PagedDriver, hf_greedy, hf_logits
+from model_driver import PagedDriver, hf_greedy, hf_logits, paged_greedy
 from qwen2_checkpoints import hf_with_gguf_weights, make_hf_qwen2, write_qwen2_gguf
 from recipe.engine.layers.block_quant_linear import round_activations
 from recipe.engine.layers.gguf_linear import GGUFLinear
@@ -74,16 +74,6 @@ def assert_follows(got: torch.Tensor, ref: torch.Tensor) -> None:
     assert torch.equal(got.argmax(-1)[clear], ref.argmax(-1)[clear])
 
 
-def greedy(model: Any, n: int) -> list[int]:
-    drv = PagedDriver(model, num_seqs=1, max_len=64)
-    nxt = int(drv.step([(0, PROMPT)])[-1].argmax())
-    out = []
-    for _ in range(n):
-        out.append(nxt)
-        nxt = int(drv.step([(0, [nxt])])[0].argmax())
-    return out
-
-
 def test_exact_path_equals_transformers_on_the_dequantised_weights(case) -> None:
     path, oracle = case
     model, _ = load_model(path)
@@ -98,7 +88,7 @@ def test_file_blocks_with_fp32_activations_equal_transformers_on_the_dequantised
     torch.testing.assert_close(PagedDriver(model, num_seqs=1, max_len=64).step([(0, PROMPT)]),
                                hf_logits(oracle, PROMPT), atol=1e-4, rtol=0)
     expected = hf_greedy(oracle, PROMPT, 16)
-    assert greedy(model, 16) == expected and len(set(expected)) > 3
+    assert paged_greedy(model, PROMPT, 16) == expected and len(set(expected)) > 3
 
 
 def test_file_blocks_equal_transformers_with_rounded_activations(case) -> None:
