@@ -1,4 +1,5 @@
-"""`AsyncLLM`: the engine for an asyncio server. The engine steps in its own thread; requests stream.
+"""`AsyncLLM`: the engine for an asyncio server, a `core.EngineClient` over any `core.EngineCore` (the colocated
+engine, or the expert-parallel driver). The core steps in its own thread; requests stream.
 
 Safe to call from the server's event loop: `generate` and `abort` only enqueue commands and wait on
 asyncio queues/futures; the engine thread applies commands between steps and hands outputs back with
@@ -14,8 +15,8 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+from recipe.engine.core import EngineCore, EngineStats
 from recipe.engine.expert_parallel.ep_engine import create_engine
-from recipe.engine.llm_engine import EngineStats
 from recipe.engine.outputs import RequestOutput
 from recipe.engine.sampling_params import SamplingParams
 
@@ -45,11 +46,12 @@ class AsyncLLM:
     A request id is taken from `generate` until the engine has let the request go (it finished, or its
     abort was applied), so a reused id never receives an earlier request's outputs. Once the engine thread
     has ended (failure or shutdown), every open stream ends with `EngineDeadError`, `generate` raises it,
-    and `abort` returns at once: nothing waits on a thread that is gone.
+    and `abort` returns at once: nothing waits on a thread that is gone. It asks its core only what
+    `EngineCore` offers, so every core serves alike.
     """
 
     def __init__(self, model: Any = "smollm2", **config: Any) -> None:
-        self.engine = create_engine(model, **config)  # expert_parallel_size > 1: rank processes
+        self.engine: EngineCore = create_engine(model, **config)  # expert_parallel_size > 1: rank processes
         self._commands: list[tuple[str, Any]] = []
         self._lock = threading.Lock()  # guards _commands, _streams, _closed, _adds_in_hand and adding requests
         self._wake = threading.Event()
@@ -79,6 +81,12 @@ class AsyncLLM:
     def is_running(self) -> bool:
         """False once the engine failed or was shut down."""
         return not (self._stopped or self._closed or self._error is not None)
+
+    def health_problem(self) -> str | None:
+        """None while the engine thread runs; "engine failed" or "engine stopped" once it does not."""
+        if self._error is not None:
+            return "engine failed"
+        return None if self.is_running else "engine stopped"
 
     def stats(self) -> EngineStats:
         """Running/waiting counts, KV usage, prefix cache queries/hits, tokens in/out (a snapshot)."""
@@ -180,7 +188,7 @@ class AsyncLLM:
                 else:
                     request_id, done, stream = args
                     # By id (`abort`): only a request the engine holds; by stream: only that stream's request.
-                    if (stream is None and request_id in engine.requests) or (
+                    if (stream is None and engine.has_request(request_id)) or (
                             stream is not None and self._streams.get(request_id) is stream):
                         self._deliver(engine.abort_request(request_id))
                         self._release(request_id, stream)
@@ -190,7 +198,7 @@ class AsyncLLM:
                 outputs = engine.step()
                 self._deliver(outputs)
                 for request_id in {out.request_id for out in outputs if out.finished}:
-                    if request_id not in engine.requests:
+                    if not engine.has_request(request_id):
                         self._release(request_id)
             else:
                 self._wake.wait()

@@ -1,4 +1,5 @@
-"""The engine loop: add requests, `step()` them, collect output deltas.
+"""The engine loop: add requests, `step()` them, collect output deltas. `LLMEngine` is the colocated
+`core.EngineCore`: one model in this process.
 
 The model runs on its own thread (the "model thread") in both modes. In asynchronous mode
 (`async_scheduling=True`, the default) `step()` schedules and prepares step N+1 and submits it while step N
@@ -168,6 +169,10 @@ class LLMEngine:
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests) or bool(self._inflight)
+
+    def has_request(self, request_id: str) -> bool:
+        """Whether the request is still held (not finished, not aborted)."""
+        return request_id in self.requests
 
     # ----- stepping -------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:

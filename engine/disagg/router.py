@@ -1,4 +1,5 @@
-"""`DisaggLLM`: the `AsyncLLM` face over worker processes, so the server streams through it unchanged.
+"""`DisaggLLM`: a `core.EngineClient` (the `AsyncLLM` face) over worker processes, each stepping its own
+`core.EngineCore`, so the server streams through it unchanged.
 
 A request on a disaggregated deployment goes: `Reserve` on the decode worker (it allocates first and
 answers how many leading blocks it already holds) -> `Prefill` on the prefill worker (it streams the first
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipe.engine.async_engine import EngineDeadError
+from recipe.engine.core import EngineStats
 from recipe.engine.disagg import messages as m
 from recipe.engine.disagg.config import DisaggConfig, split_cores
 from recipe.engine.disagg.constraint_wire import to_wire
@@ -44,8 +46,8 @@ from recipe.engine.disagg.routing import (
 )
 from recipe.engine.disagg.transport import make_transport
 from recipe.engine.disagg.worker import WorkerSpec
-from recipe.engine.llm_engine import EngineStats
 from recipe.engine.outputs import RequestOutput
+from recipe.engine.prompt_check import check_prompt
 from recipe.engine.sampling_params import SamplingParams
 
 log = logging.getLogger("recipe.disagg")
@@ -179,7 +181,7 @@ class DisaggLLM:
             self._restarts += 1
             threading.Thread(target=self._start, args=(dataclasses.replace(w.spec, role=w.role),), daemon=True).start()
 
-    # ----- the AsyncLLM face ----------------------------------------------------------------------------
+    # ----- the EngineClient face ------------------------------------------------------------------------
     @property
     def is_running(self) -> bool:
         return not self._stopping
@@ -189,7 +191,10 @@ class DisaggLLM:
         return None
 
     def health_problem(self) -> str | None:
-        """None when every worker is ready; else which are not (the router still serves if a path remains)."""
+        """None when every worker is ready; else which are not (the router still serves if a path remains),
+        or "engine stopped" after `shutdown`."""
+        if self._stopping:
+            return "engine stopped"
         bad = [f"worker {w['id']} ({w['role']}) {w['state']}" for w in self.workers() if w["state"] != "ready"]
         return "; ".join(bad) or None
 
@@ -220,18 +225,7 @@ class DisaggLLM:
             prefill_workers=len(pre), decode_workers=len(dec))
 
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> list[int]:
-        if not isinstance(params, SamplingParams):
-            raise TypeError("params must be a SamplingParams")
-        ids = list(prompt_ids)
-        vocab = int(self.model_info.vocab_size)
-        if not ids:
-            raise ValueError("the prompt is empty")
-        if not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
-            raise ValueError(f"prompt token ids must be ints in [0, {vocab})")
-        if len(ids) >= self.max_model_len:
-            raise ValueError(f"the prompt has {len(ids)} tokens; this engine holds at most {self.max_model_len} "
-                             "per sequence (prompt + output)")
-        return ids
+        return check_prompt(prompt_ids, params, int(self.model_info.vocab_size), self.max_model_len)
 
     async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams
                        ) -> AsyncIterator[RequestOutput]:

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 from recipe.engine.config import EngineConfig
+from recipe.engine.core import EngineCore, EngineStats
 from recipe.engine.expert_parallel.process_group import end_processes, free_port, init_rank
-from recipe.engine.llm_engine import EngineStats
 from recipe.engine.outputs import RequestOutput
 from recipe.engine.prompt_check import check_prompt
 from recipe.engine.sampling_params import SamplingParams
@@ -115,7 +115,8 @@ EP_FIELDS = ("expert_parallel_size",)
 
 
 class ExpertParallelEngine:
-    """The `LLMEngine` calls `LLM` and `AsyncLLM` make, served by `expert_parallel_size` rank processes."""
+    """An `EngineCore` (engine/core.py) served by `expert_parallel_size` rank processes, each an `LLMEngine`.
+    The driver knows which rank holds each request; a rank reports after every step which it still holds."""
 
     def __init__(self, model: Any, **config: Any) -> None:
         if not isinstance(model, str):
@@ -141,7 +142,8 @@ class ExpertParallelEngine:
         except BaseException:
             end_processes(self._procs)
             raise
-        self.model_info, self.max_model_len = replies[0]
+        self.model_info: Any = replies[0][0]
+        self.max_model_len: int = replies[0][1]
         self.vocab_size = int(self.model_info.vocab_size)
 
     # ----- plumbing -----
@@ -163,7 +165,7 @@ class ExpertParallelEngine:
             c.send((cmd, arg))
         return [self._recv(c) for c in self._conns]
 
-    # ----- the LLMEngine calls -----
+    # ----- the EngineCore calls -----
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> list[int]:
         ids = check_prompt(prompt_ids, params, self.vocab_size, self.max_model_len)
         return ids
@@ -177,6 +179,7 @@ class ExpertParallelEngine:
         self._call(rank, "add", (request_id, prompt_ids, params, arrival_time))
         self._owner[request_id] = rank
         self._unfinished[rank] = True
+        self._waiting[rank] += 1  # until the rank's next step reports its queue
 
     def abort_request(self, request_id: str) -> list[RequestOutput]:
         rank = self._owner.pop(request_id, None)
@@ -194,6 +197,9 @@ class ExpertParallelEngine:
 
     def has_unfinished_requests(self) -> bool:
         return any(self._unfinished)
+
+    def has_request(self, request_id: str) -> bool:
+        return request_id in self._owner
 
     def num_waiting_requests(self) -> int:
         return sum(self._waiting)
@@ -227,7 +233,7 @@ class ExpertParallelEngine:
         self._procs, self._conns = [], []
 
 
-def create_engine(model: Any, **config: Any) -> Any:
+def create_engine(model: Any, **config: Any) -> EngineCore:
     """An `LLMEngine`, or an `ExpertParallelEngine` when `expert_parallel_size` > 1."""
     from recipe.engine.llm_engine import LLMEngine
 
