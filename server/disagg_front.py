@@ -1,6 +1,7 @@
 """`recipe serve --prefill-workers N --decode-workers M [--autoscale] [--ray-address ADDR|auto]`: the server
 fronts engine worker processes (or Ray actors across a cluster's nodes) through the disaggregation router
-(`recipe.engine.disagg.router.DisaggLLM`) instead of one embedded engine. The protocol layer is unchanged: the router has the embedded engine's face.
+(`recipe.engine.disagg.router.DisaggLLM`) instead of one embedded engine. The protocol layer is unchanged: the
+router is an `EngineClient`, as the embedded engine is; only `build_disagg_backend` knows it is a router.
 
 `/health` answers 503 naming the workers that are not ready (a worker restarting after a crash, one being
 started); `/metrics` gains the router's series (per-role worker counts, hand-offs, autoscaler decisions).
@@ -9,9 +10,20 @@ started); `/metrics` gains the router's series (per-role worker counts, hand-off
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
+from prometheus_client.registry import Collector
 from recipe.server.engine_backend import EngineBackend
+
+if TYPE_CHECKING:
+    from recipe.engine.core import EngineClient
+
+
+class Stoppable(Protocol):
+    """The autoscaler loop, as the backend sees it."""
+
+    def stop(self) -> None: ...
 
 
 def add_disagg_args(p: argparse.ArgumentParser) -> None:
@@ -54,33 +66,34 @@ def disagg_config_from_args(args: argparse.Namespace) -> Any:
 
 
 class DisaggBackend(EngineBackend):
-    """`EngineBackend` over the router; unhealthy while any worker is not ready."""
+    """`EngineBackend` over the router: /health from its `health_problem` (the workers that are not ready),
+    /metrics gains the router's series (`series(prefix, model_name)`), the autoscaler stops before the router."""
 
-    def failure(self) -> str | None:
-        if not self.engine.is_running:
-            return "engine stopped"
-        return self.engine.health_problem()  # type: ignore[no-any-return]
+    def __init__(self, engine: EngineClient, name: str | None = None, *, series: Callable[[str, str], Collector],
+                 autoscaler: Stoppable | None = None) -> None:
+        super().__init__(engine, name)
+        self._series = series
+        self.autoscaler = autoscaler
 
-    def metrics_collector(self, prefix: str, model_name: str) -> Any:
-        from recipe.server.disagg_metrics import DisaggCollector
-
-        return DisaggCollector(prefix, model_name, self.engine, getattr(self, "autoscaler", None))
+    def metrics_collector(self, prefix: str, model_name: str) -> Collector:
+        return self._series(prefix, model_name)
 
     async def shutdown(self) -> None:
-        autoscaler = getattr(self, "autoscaler", None)
-        if autoscaler is not None:
-            autoscaler.stop()
-        await self.engine.shutdown()
+        if self.autoscaler is not None:
+            self.autoscaler.stop()
+        await super().shutdown()
 
 
 def build_disagg_backend(args: argparse.Namespace, engine_config: dict[str, Any], name: str) -> DisaggBackend:
     from recipe.engine.disagg.router import DisaggLLM
+    from recipe.server.disagg_metrics import DisaggCollector
 
     router = DisaggLLM(args.model or "smollm2", disagg_config_from_args(args), **engine_config)
-    backend = DisaggBackend(router, name=name)
+    autoscaler = None
     if args.autoscale:
         from recipe.engine.disagg.autoscaler import AutoscalerLoop
 
-        backend.autoscaler = AutoscalerLoop(router)  # type: ignore[attr-defined]
-        backend.autoscaler.start()  # type: ignore[attr-defined]
-    return backend
+        autoscaler = AutoscalerLoop(router)
+        autoscaler.start()
+    return DisaggBackend(router, name=name, autoscaler=autoscaler,
+                         series=lambda prefix, model: DisaggCollector(prefix, model, router, autoscaler))

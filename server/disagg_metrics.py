@@ -11,14 +11,28 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 
+class RouterState(Protocol):
+    """What these series read from the disaggregation router."""
+
+    handoff_count: int
+    handoff_bytes: int
+
+    @property
+    def restarts(self) -> int: ...
+
+    def workers(self) -> list[dict[str, Any]]: ...
+
+    def live_metrics(self) -> Any: ...
+
+
 class DisaggCollector(Collector):
-    def __init__(self, prefix: str, model_name: str, router: Any, autoscaler: Any = None) -> None:
+    def __init__(self, prefix: str, model_name: str, router: RouterState, autoscaler: Any = None) -> None:
         self.prefix, self.model_name, self.router, self.autoscaler = prefix, model_name, router, autoscaler
 
     def collect(self) -> Iterator[Metric]:

@@ -1,15 +1,17 @@
-"""The embedded engine (`recipe.engine.AsyncLLM`) behind the server's `Backend` face."""
+"""An engine client (`recipe.engine.core.EngineClient`: the embedded `AsyncLLM`, or the disaggregation router)
+behind the server's `Backend` face. Only the protocol is read, so any client serves alike."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from recipe.server.backend import (
     BackendQueueFull,
     BackendRejected,
     BackendStats,
     BackendUnavailable,
+    FinishReason,
     GenerationDelta,
     GenerationParams,
     ModelCard,
@@ -17,6 +19,9 @@ from recipe.server.backend import (
 )
 
 from recipe.tokenizer import Tokenizer
+
+if TYPE_CHECKING:  # the protocol's module needs no torch, but the engine package it lives in does
+    from recipe.engine.core import EngineClient
 
 
 def _get(obj: Any, *names: str, default: Any = None) -> Any:
@@ -31,7 +36,7 @@ def _get(obj: Any, *names: str, default: Any = None) -> Any:
 ENGINE_DOWN = "The model engine is not running (it failed or was stopped); see the server log."
 
 
-def model_card(engine: Any, name: str | None = None) -> ModelCard:
+def model_card(engine: EngineClient, name: str | None = None) -> ModelCard:
     """The served model as described by `engine.model_info`; its context length is the engine's own limit
     (`max_model_len`: the configured limit, or what the KV pool holds), not the checkpoint's."""
     info = engine.model_info
@@ -42,7 +47,7 @@ def model_card(engine: Any, name: str | None = None) -> ModelCard:
     return ModelCard(
         name=name or str(_get(info, "name", default="model")),
         architecture=str(_get(info, "architecture", default="")),
-        context_length=int(_get(engine, "max_model_len", default=None) or _get(info, "context_length", "max_model_len")),
+        context_length=int(engine.max_model_len),
         chat_format=fmt,  # type: ignore[arg-type]
         eos_token_ids=tuple(int(i) for i in _get(info, "eos_token_ids", "eos_ids", default=())),
         tokenizer=tok,
@@ -58,15 +63,15 @@ def _logprobs(lp: Any) -> TokenLogprobs:
 
 
 class EngineBackend:
-    """Adapts `AsyncLLM`: `GenerationParams` → `SamplingParams`, `RequestOutput` → `GenerationDelta`."""
+    """Adapts an `EngineClient`: `GenerationParams` → `SamplingParams`, `RequestOutput` → `GenerationDelta`."""
 
-    def __init__(self, engine: Any, name: str | None = None) -> None:
-        from recipe import engine as engine_pkg
+    def __init__(self, engine: EngineClient, name: str | None = None) -> None:
+        from recipe.engine import EngineDeadError, QueueFullError, SamplingParams
 
         self.engine = engine
-        self._sampling_params = engine_pkg.SamplingParams
-        self._queue_full: type[BaseException] = getattr(engine_pkg, "QueueFullError", BackendQueueFull)
-        self._engine_dead: type[BaseException] = getattr(engine_pkg, "EngineDeadError", BackendUnavailable)
+        self._sampling_params = SamplingParams
+        self._queue_full = QueueFullError
+        self._engine_dead = EngineDeadError
         self.model = model_card(engine, name)
 
     def sampling_params(self, p: GenerationParams) -> Any:
@@ -85,17 +90,15 @@ class EngineBackend:
         try:
             async for out in self.engine.generate(request_id, list(prompt_ids), self.sampling_params(params)):
                 lps = out.new_logprobs
-                timing = getattr(out, "timing", None)
-                scheduled = getattr(timing, "scheduled_time", None)
                 yield GenerationDelta(
-                    index=int(getattr(out, "index", 0) or 0),
+                    index=out.index,
                     token_ids=tuple(out.new_token_ids),
-                    prompt_tokens=int(out.prompt_tokens),
-                    cached_tokens=int(getattr(out, "cached_tokens", 0) or 0),
+                    prompt_tokens=out.prompt_tokens,
+                    cached_tokens=out.cached_tokens,
                     logprobs=None if lps is None else tuple(_logprobs(lp) for lp in lps),
-                    finished=bool(out.finished),
-                    finish_reason=out.finish_reason,
-                    queue_time_s=None if scheduled is None else scheduled - getattr(timing, "arrival_time", scheduled),
+                    finished=out.finished,
+                    finish_reason=cast("FinishReason | None", out.finish_reason),  # the engine's reasons are the API's
+                    queue_time_s=out.timing.queue_time,
                 )
         except self._queue_full as exc:
             raise BackendQueueFull(str(exc)) from None
@@ -110,25 +113,15 @@ class EngineBackend:
     def stats(self) -> BackendStats:
         s = self.engine.stats()
         return BackendStats(
-            running=int(_get(s, "running", "num_running", default=0)),
-            waiting=int(_get(s, "waiting", "num_waiting", default=0)),
-            kv_usage=float(_get(s, "kv_usage", "kv_cache_usage", default=0.0)),
-            kv_blocks_used=round(float(_get(s, "kv_usage", "kv_cache_usage", default=0.0))
-                                 * int(_get(s, "num_kv_blocks", default=0))),
-            prefix_cache_queries=int(_get(s, "prefix_cache_queries", default=0)),
-            prefix_cache_hits=int(_get(s, "prefix_cache_hits", default=0)),
-            restored_tokens=int(_get(s, "restored_tokens", default=0)),
-            kv_tiers=getattr(s, "kv_tiers", None),
-            swa_sessions=getattr(s, "swa_sessions", None),
-            speculative=getattr(s, "speculative", None),
+            running=s.running, waiting=s.waiting, kv_usage=s.kv_usage,
+            kv_blocks_used=round(s.kv_usage * s.num_kv_blocks),
+            prefix_cache_queries=s.prefix_cache_queries, prefix_cache_hits=s.prefix_cache_hits,
+            restored_tokens=s.restored_tokens, kv_tiers=s.kv_tiers, swa_sessions=s.swa_sessions,
+            speculative=s.speculative,
         )
 
     def failure(self) -> str | None:
-        if getattr(self.engine, "is_running", True):
-            return None
-        return "engine failed" if getattr(self.engine, "error", None) is not None else "engine stopped"
+        return self.engine.health_problem()
 
     async def shutdown(self) -> None:
-        result = self.engine.shutdown()
-        if hasattr(result, "__await__"):
-            await result
+        await self.engine.shutdown()

@@ -52,7 +52,7 @@ def test_disaggregated_workers_get_the_same_session_cache_config(monkeypatch: py
             seen.update(config)
 
     monkeypatch.setattr(router_module, "DisaggLLM", CapturingRouter)
-    monkeypatch.setattr("recipe.server.disagg_front.DisaggBackend", lambda router, name: object())
+    monkeypatch.setattr("recipe.server.disagg_front.DisaggBackend", lambda router, name, **_: object())
     build_backend(parse("--both-workers", "2", "--swa-session-bytes", "64MiB", "--swa-session-ttl", "30",
                         "--swa-replay-margin", "exact"))
     assert seen["swa_session_bytes"] == 64 << 20 and seen["swa_session_ttl"] == 30.0
