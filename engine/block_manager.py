@@ -1,5 +1,8 @@
 """The paged KV block pool: block tables, reference counts, and the prefix cache.
 
+Every cache kind of the model (`kinds`: Llama's K/V "full", MLA's "latent") is indexed by the one block
+table of a sequence; `kv_manager.KVManager` is the interface it shares with the multi-kind manager.
+
 Every block is either free (reference count 0, in the LRU free queue) or used by one or more sequences.
 A full block whose KV is computed is registered under a chained hash (parent hash + its token ids, a
 128-bit BLAKE2b); a lookup must match the hash *and* the stored token ids. A freed block keeps its
@@ -44,8 +47,9 @@ class Block:
 
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
-                 tiers: Any = None) -> None:
-        assert num_blocks >= 1 and block_size >= 1
+                 tiers: Any = None, kinds: tuple[str, ...] = ("full",)) -> None:
+        assert num_blocks >= 1 and block_size >= 1 and kinds
+        self.kinds = kinds
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.enable_prefix_caching = enable_prefix_caching
@@ -72,6 +76,22 @@ class BlockManager:
 
     def blocks_needed(self, num_tokens: int) -> int:
         return (num_tokens + self.block_size - 1) // self.block_size
+
+    def free_blocks_beside(self, prefix_block_ids: list[int]) -> int:
+        return len(self.free) - sum(1 for b in prefix_block_ids if self.blocks[b].ref_count == 0)
+
+    def tables_for(self, seq: Sequence) -> dict[str, list[int]]:
+        """Every kind's block table: the sequence's one table."""
+        return {kind: list(seq.block_table) for kind in self.kinds}
+
+    def complete_blocks(self, kind: str, num_tokens: int) -> int:
+        return num_tokens // self.block_size
+
+    def filled_blocks(self, kind: str, num_tokens: int) -> int:
+        return self.blocks_needed(num_tokens)
+
+    def release_slid(self, seq: Sequence, kind: str, positions: list[int]) -> None:
+        assert not positions, "a paged cache has no window to slide out of"
 
     # ----- prefix cache ---------------------------------------------------------------------------------
     def match_prefix(self, seq: Sequence, wait: bool = True) -> list[int] | None:

@@ -2,8 +2,8 @@
 server streams through.
 
 Why two and not one: the colocated engine (`llm_engine.LLMEngine`), the expert-parallel driver
-(`expert_parallel.ep_engine.ExpertParallelEngine`) and the disaggregated worker's engine
-(`disagg.handoff.HandoffEngine`) all share one step-driven surface: add a request, abort it, `step()` and
+(`expert_parallel.ep_engine.ExpertParallelEngine`) and the disaggregated worker's engine (an `LLMEngine`
+with a `kv_connector.handoff_connector.HandoffConnector`) all share one step-driven surface: add a request, abort it, `step()` and
 get the output deltas of the step that completed, shut down. A disaggregated deployment as a whole
 (`recipe.cluster.router.DisaggLLM`) has no step a caller could drive: its steps run in worker processes,
 each an `EngineCore`, and its outputs arrive as messages on the router's event loop. Forcing it into

@@ -17,8 +17,9 @@ Contract
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -56,6 +57,18 @@ def kv_bytes_per_block(specs: Sequence[CacheSpec], block_size: int, dtype: torch
     return sum(s.bytes_per_block(block_size, dtype) for s in specs)
 
 
+class BlockStore(Protocol):
+    """Block copies of every cache kind, `[num_layers, planes, n, rows per block, *row_shape]` per kind: what the
+    tiers and the hand-off read and write (`KVCache`, or `KindPools` over a model's own pools)."""
+
+    @property
+    def kinds(self) -> list[str]: ...
+
+    def read(self, kind: str, block_ids: Sequence[int]) -> torch.Tensor: ...
+
+    def write(self, kind: str, block_ids: Sequence[int], data: torch.Tensor) -> None: ...
+
+
 class KVCache:
     """The allocated caches of one model: `tensors[kind]` as laid out in the module docstring."""
 
@@ -70,6 +83,10 @@ class KVCache:
             s.kind: _zeros((s.num_layers, s.planes, num_blocks, block_size, *s.token_shape), s.dtype or dtype, device)
             for s in specs
         }
+
+    @property
+    def kinds(self) -> list[str]:
+        return list(self.tensors)
 
     def layer_view(self, kind: str, layer: int) -> torch.Tensor:
         """`[planes, num_blocks, block_size, *token_shape]`: the live cache of one layer (a view)."""
@@ -96,6 +113,28 @@ class KVCache:
         ids = torch.as_tensor(block_ids, dtype=torch.int64).to(device).reshape(-1)
         assert ids.numel() == 0 or (int(ids.min()) >= 0 and int(ids.max()) < self.num_blocks), "block id out of range"
         return ids
+
+
+class KindPools:
+    """A model's own per-kind pools `[num_blocks, rows_per_block, row_width]` (DeepSeek-V4, each kind with its
+    own block count) read and written as `KVCache` lays blocks out: one layer, one plane, `[1, 1, n, rows,
+    width]`."""
+
+    def __init__(self, pools: Mapping[str, torch.Tensor]) -> None:
+        self.pools = dict(pools)
+
+    @property
+    def kinds(self) -> list[str]:
+        return list(self.pools)
+
+    def read(self, kind: str, block_ids: Sequence[int]) -> torch.Tensor:
+        pool = self.pools[kind]
+        return pool.index_select(0, torch.as_tensor(list(block_ids), dtype=torch.int64, device=pool.device))[None, None]
+
+    def write(self, kind: str, block_ids: Sequence[int], data: torch.Tensor) -> None:
+        pool = self.pools[kind]
+        ids = torch.as_tensor(list(block_ids), dtype=torch.int64, device=pool.device)
+        pool.index_copy_(0, ids, data[0, 0].to(pool.device, pool.dtype))
 
 
 def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:

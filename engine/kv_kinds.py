@@ -207,6 +207,34 @@ class MultiKindBlockManager:
         per = rows_per_block(spec, self.block_size)
         return (rows + per - 1) // per
 
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.specs)
+
+    def free_blocks_beside(self, prefix_block_ids: list[int]) -> int:
+        window = self.pools[self.specs[0].name]
+        return len(window.free) - sum(1 for b in prefix_block_ids if b != RELEASED and window.ref[b] == 0)
+
+    def complete_blocks(self, kind: str, num_tokens: int) -> int:
+        spec = self._spec(kind)
+        return (num_tokens // spec.tokens_per_row) // rows_per_block(spec, self.block_size)
+
+    def filled_blocks(self, kind: str, num_tokens: int) -> int:
+        return self._needed(self._spec(kind), num_tokens)
+
+    def _spec(self, kind: str) -> CacheSpec:
+        return next(s for s in self.specs if s.name == kind)
+
+    def release_slid(self, seq: Sequence, kind: str, positions: list[int]) -> None:
+        assert kind == self.specs[0].name or not positions, f"{kind} has no window to slide out of"
+        window = self.pools[kind]
+        for b in positions:
+            block = seq.block_table[b]
+            assert block != RELEASED and window.hash_of[block] is None, (b, block)  # never registered: no KV
+            window.release(block)
+            seq.block_table[b] = RELEASED
+            self.released_blocks += 1
+
     def tables_for(self, seq: Sequence) -> dict[str, list[int]]:
         """Every kind's block table (copies), the window kind's with `RELEASED` entries."""
         out = {self.specs[0].name: list(seq.block_table)}

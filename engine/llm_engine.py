@@ -17,17 +17,18 @@ from dataclasses import replace
 from typing import Any
 
 from recipe.engine import device as devices
-from recipe.engine.block_manager import BlockManager
 from recipe.engine.config import EngineConfig
 from recipe.engine.core import EngineStats  # re-exported: callers import it from here
+from recipe.engine.kv_cache import BlockStore
+from recipe.engine.kv_connector.base import KVConnector
 from recipe.engine.kv_kinds import TIERS_NEED_SESSIONS, MultiKindBlockManager
-from recipe.engine.layers.v4_kv import CacheSpec as KindSpec
+from recipe.engine.kv_manager import KVManager, build_kv_manager
 from recipe.engine.model_runner import ModelRunner, StepResult, kv_cache_blocks
 from recipe.engine.outputs import RequestOutput, RequestTiming
 from recipe.engine.prompt_check import check_prompt
 from recipe.engine.sampling_params import SamplingParams
 from recipe.engine.scheduler import Scheduler, SchedulerOutput
-from recipe.engine.sequence import Sequence
+from recipe.engine.sequence import Sequence, SequenceStatus
 
 
 def load(model: Any, dtype: Any, device: Any, weight_format: str = "dtype") -> tuple[Any, Any]:
@@ -40,7 +41,8 @@ def load(model: Any, dtype: Any, device: Any, weight_format: str = "dtype") -> t
 
 
 class LLMEngine:
-    def __init__(self, model: Any = "smollm2", **config: Any) -> None:
+    def __init__(self, model: Any = "smollm2", connector: KVConnector | None = None, **config: Any) -> None:
+        """`connector`: moves requests' KV to or from another engine (`engine/kv_connector`), or None."""
         self.config = EngineConfig.from_kwargs(model if isinstance(model, str) else "<given>", **config)
         cfg = self.config
         self.device = devices.resolve(cfg.checkpoint.device)
@@ -55,12 +57,12 @@ class LLMEngine:
         self.max_model_len = min(cfg.checkpoint.max_model_len or context, num_blocks * cfg.kv.block_size)
         self.vocab_size = int(self.model_info.vocab_size)
         self.eos_token_ids = frozenset(int(t) for t in self.model_info.eos_token_ids)
-        kinds: MultiKindBlockManager | None = None
         specs = self.model.cache_specs() if hasattr(self.model, "cache_specs") else []
-        if specs and all(isinstance(s, KindSpec) for s in specs):  # several cache kinds (DeepSeek-V4)
-            kinds = MultiKindBlockManager(self.model.cache_specs(), num_blocks, cfg.kv.block_size,
-                                          cfg.kv.enable_prefix_caching, cfg.scheduler.max_num_seqs, cfg.kv.release_window_blocks)
-        self.block_manager = kinds or BlockManager(num_blocks, cfg.kv.block_size, cfg.kv.enable_prefix_caching)
+        self.block_manager: KVManager = build_kv_manager(
+            specs, num_blocks, cfg.kv.block_size, cfg.kv.enable_prefix_caching, cfg.scheduler.max_num_seqs,
+            cfg.kv.release_window_blocks)
+        # several cache kinds (DeepSeek-V4): the runner, session cache and tiers read every kind's tables
+        kinds = self.block_manager if isinstance(self.block_manager, MultiKindBlockManager) else None
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=cfg.scheduler.max_num_seqs,
                                    max_num_batched_tokens=cfg.scheduler.max_num_batched_tokens,
                                    max_model_len=self.max_model_len)
@@ -125,6 +127,10 @@ class LLMEngine:
         self.output_tokens = 0
         self.steps = 0
         self.model_busy_s = 0.0
+        self.kv_blocks: BlockStore | None = self.runner.kv_blocks
+        self.connector = connector
+        if connector is not None:
+            connector.bind(self)
 
     # ----- requests -------------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
@@ -151,6 +157,8 @@ class LLMEngine:
 
     def abort_request(self, request_id: str) -> list[RequestOutput]:
         """End a request now, freeing its KV blocks; returns its final outputs (reason "abort")."""
+        if self.connector is not None:
+            self.connector.request_aborted(request_id)
         seqs = self.requests.pop(request_id, None)
         if seqs is None:
             return []
@@ -263,10 +271,26 @@ class LLMEngine:
         return outputs
 
     def _finish(self, seq: Sequence, reason: str) -> None:
+        if self.connector is not None:  # before its blocks are freed: the connector may save them
+            self.connector.request_finished(seq, reason)
         self.scheduler.finish(seq, reason)
         seqs = self.requests.get(seq.request_id)
         if seqs is not None and all(x.is_finished for x in seqs):
             del self.requests[seq.request_id]
+
+    def resume(self, request_id: str, seqs: list[Sequence]) -> None:
+        """Decode `seqs` (one request's choices) whose prompt KV a connector loaded: blocks held, prompt
+        computed, first token appended."""
+        now = time.perf_counter()
+        for seq in seqs:
+            seq.scheduled_time = now
+            seq.status = SequenceStatus.RUNNING
+            self.block_manager.commit(seq)
+            self.scheduler.running.append(seq)
+            self._first_token_time[seq.seq_id] = now
+            self.output_tokens += 1
+        if seqs:
+            self.requests[request_id] = seqs
 
     def _output(self, seq: Sequence, new: tuple[int, ...], logprobs: Any, now: float) -> RequestOutput:
         first = self._first_token_time.get(seq.seq_id)

@@ -17,7 +17,7 @@ import torch
 from recipe.engine import device as devices
 from recipe.engine.context import AttentionContext, reset_context, set_context
 from recipe.engine.huge_pages import move_weights_to_huge_pages
-from recipe.engine.kv_cache import KVCache
+from recipe.engine.kv_cache import BlockStore, KindPools, KVCache
 from recipe.engine.layers.few_rows_linear import use_few_rows_linears
 from recipe.engine.layers.rmsnorm import RMSNorm
 from recipe.engine.layers.routed_experts import RoutedExperts
@@ -80,6 +80,9 @@ class ModelRunner:
             # a model with several cache kinds (DeepSeek-V4) gets each kind's block count
             model.allocate_kv_cache(num_blocks if kinds is None else kinds.counts, block_size, dtype, device)
         self.kinds = kinds  # a MultiKindBlockManager: block tables of every cache kind
+        # block copies of every kind (tiers, hand-off); None for a model whose layers keep unnamed caches
+        self.kv_blocks: BlockStore | None = self.kv_cache or (KindPools(model.pools) if getattr(model, "pools", None)
+                                                              else None)
         self.sampler = Sampler(device)
         self._prev: dict[int, int] = {}  # seq_id -> token sampled by the previous executed step
         # a drafter that reads the target's hidden states (engine/speculative/head_drafter.py): seq_id -> the

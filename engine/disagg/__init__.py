@@ -4,9 +4,8 @@ the router that fronts them, and the autoscaler that moves workers between roles
 - `messages.py`: what the router and the workers say to each other (pickled over a pipe or through Ray);
 - `transport.py`: where hand-off KV bytes travel (a shared-memory segment per hand-off on one machine);
 - `ray_transport.py`: the same through the Ray object store, between nodes;
-- `handoff.py`: the engine halves of the hand-off (prefill captures blocks + sequence state, decode
-  reserves blocks first, then installs them and continues the sequences);
-- `worker.py`: one engine process and its role (`prefill`, `decode`, `both`), pinned to its own cores;
+- `worker.py`: one engine process and its role (`prefill`, `decode`, `both`), pinned to its own cores; the
+  engine's end of the hand-off is its KV connector (`engine/kv_connector/handoff_connector.py`);
 - `pool.py`: starting, watching and restarting worker processes;
 - `ray_workers.py`: workers as Ray actors in a placement group across a Ray cluster's nodes (`ray_address`);
 - `router.py`: `DisaggLLM`, the `AsyncLLM` face over the workers (choice of prefill and decode worker);

@@ -19,8 +19,9 @@ from typing import Any, Protocol
 from recipe.engine.disagg import messages as m
 from recipe.engine.disagg.config import ROLES
 from recipe.engine.disagg.constraint_wire import ConstraintCache
-from recipe.engine.disagg.handoff import HandoffEngine
 from recipe.engine.disagg.transport import TransportError, make_transport
+from recipe.engine.kv_connector.handoff_connector import HandoffConnector
+from recipe.engine.llm_engine import LLMEngine
 
 STATS_INTERVAL_S = 0.05
 
@@ -59,16 +60,16 @@ def serve(spec: WorkerSpec, channel: Channel) -> None:
     config = dict(spec.engine_config)
     if spec.cores and "num_threads" not in config:
         config["num_threads"] = len(spec.cores)
-    engine = HandoffEngine(spec.model, **config)
+    connector = HandoffConnector(make_transport(spec.transport, spec.transport_timeout_s))
+    engine = LLMEngine(spec.model, connector=connector, **config)
     if spec.role != "both":
-        engine.require_hand_off()
-    engine.transport = make_transport(spec.transport, spec.transport_timeout_s)
-    Worker(spec, engine, channel).run()
+        connector.require_hand_off()
+    Worker(spec, engine, connector, channel).run()
 
 
 class Worker:
-    def __init__(self, spec: WorkerSpec, engine: HandoffEngine, channel: Channel) -> None:
-        self.spec, self.engine, self.channel = spec, engine, channel
+    def __init__(self, spec: WorkerSpec, engine: LLMEngine, connector: HandoffConnector, channel: Channel) -> None:
+        self.spec, self.engine, self.connector, self.channel = spec, engine, connector, channel
         self.role = spec.role
         self.waiting_reserves: deque[m.Reserve] = deque()
         self.queued_prompt_tokens: dict[str, int] = {}
@@ -108,7 +109,7 @@ class Worker:
                 e.add_request(msg.request_id, msg.prompt_ids, msg.params)
                 self.queued_prompt_tokens[msg.request_id] = len(msg.prompt_ids)
             elif isinstance(msg, m.Prefill):
-                e.add_prefill(msg.request_id, msg.prompt_ids, msg.params, msg.skip_blocks)
+                self.connector.add_prefill(msg.request_id, msg.prompt_ids, msg.params, msg.skip_blocks)
                 self.queued_prompt_tokens[msg.request_id] = len(msg.prompt_ids)
             elif isinstance(msg, m.Reserve):
                 self.waiting_reserves.append(msg)
@@ -118,8 +119,9 @@ class Worker:
             elif isinstance(msg, m.Abort):
                 self.abort(msg.request_id)
             elif isinstance(msg, m.SetRole):
-                assert not e.has_unfinished_requests() and not e.reserved, "a worker changes role only when drained"
-                assert msg.role == "both" or e.hands_off, "the autoscaler moves only workers that hand off"
+                assert not e.has_unfinished_requests() and not self.connector.reserved, \
+                    "a worker changes role only when drained"
+                assert msg.role == "both" or self.connector.hands_off, "the autoscaler moves only workers that hand off"
                 self.role = msg.role
             elif isinstance(msg, m.Stop):
                 self.stopped = True
@@ -132,7 +134,7 @@ class Worker:
         while self.waiting_reserves:
             msg = self.waiting_reserves[0]
             try:
-                held = self.engine.reserve(msg.request_id, msg.prompt_ids, msg.params)
+                held = self.connector.reserve(msg.request_id, msg.prompt_ids, msg.params)
             except (ValueError, TypeError) as exc:
                 self.waiting_reserves.popleft()
                 self.channel.send(m.RequestFailed(msg.request_id, str(exc), bad_request=True))
@@ -145,14 +147,15 @@ class Worker:
     def install(self, handoff: m.Handoff) -> None:
         t0 = time.perf_counter()
         try:
-            arrays = self.engine.transport.take(handoff.payload) if self.engine.transport else {}
+            transport = self.connector.transport
+            arrays = transport.take(handoff.payload) if transport else {}
         except TransportError as exc:
-            self.engine.release(handoff.request_id)
+            self.connector.release(handoff.request_id)
             self.channel.send(m.RequestFailed(handoff.request_id, str(exc)))
             return
-        if handoff.request_id not in self.engine.reserved:  # aborted while the payload was on its way
+        if handoff.request_id not in self.connector.reserved:  # aborted while the payload was on its way
             return
-        blocks = self.engine.install(handoff, arrays)
+        blocks = self.connector.install(handoff, arrays)
         self.channel.send(m.Installed(handoff.request_id, time.perf_counter() - t0, blocks))
 
     def abort(self, request_id: str) -> None:
@@ -171,8 +174,8 @@ class Worker:
             self.step_times.append((0, len(e.scheduler.running), e.model_busy_s - busy0))
         for out in outputs:
             self.queued_prompt_tokens.pop(out.request_id, None)
-        handoffs = e.take_handoffs()
-        outputs = e.rewrite(outputs)
+        handoffs = self.connector.build_connector_meta()
+        outputs = self.connector.rewrite(outputs)
         if outputs:
             self.channel.send(m.Outputs(outputs))
         for h in handoffs:

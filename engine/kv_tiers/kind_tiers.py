@@ -24,29 +24,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-import torch
+from recipe.engine.kv_cache import KindPools
 from recipe.engine.kv_tiers.device_blocks import DeviceBlocks
 from recipe.engine.kv_tiers.tier import KVTier, StoredBlock, TierStats
 from recipe.engine.kv_tiers.tiered import KVTiers, LatencyHistogram, TierSnapshot
 
 if TYPE_CHECKING:
     from recipe.engine.config import EngineConfig
-
-
-class PoolBlocks:
-    """One kind's pool `[num_blocks, rows_per_block, row_width]` as `DeviceBlocks` reads caches: a single
-    kind with one layer and one plane (`read` -> `[1, 1, n, rows_per_block, row_width]`)."""
-
-    def __init__(self, kind: str, pool: torch.Tensor) -> None:
-        self.kinds, self.pool = [kind], pool
-
-    def read(self, kind: str, block_ids: Sequence[int]) -> torch.Tensor:
-        ids = torch.as_tensor(list(block_ids), dtype=torch.int64, device=self.pool.device)
-        return self.pool.index_select(0, ids)[None, None]
-
-    def write(self, kind: str, block_ids: Sequence[int], data: torch.Tensor) -> None:
-        ids = torch.as_tensor(list(block_ids), dtype=torch.int64, device=self.pool.device)
-        self.pool.index_copy_(0, ids, data[0, 0].to(self.pool.device, self.pool.dtype))
 
 
 def kind_namespace(namespace: bytes, kind: str) -> bytes:
@@ -146,7 +130,7 @@ class KindTiers:
                 per_token *= window_per_token
             if per_token > 0:
                 weights[spec.name] = per_token
-                devices[spec.name] = DeviceBlocks(PoolBlocks(spec.name, model.pools[spec.name]))
+                devices[spec.name] = DeviceBlocks(KindPools({spec.name: model.pools[spec.name]}))
         host = budget_shares(config.kv.kv_host_bytes, weights) if config.kv.kv_host_bytes is not None else {}
         disk = budget_shares(config.kv.kv_disk_bytes, weights) if config.kv.kv_disk_bytes is not None else {}
         stacks = {}
