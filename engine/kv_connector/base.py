@@ -30,6 +30,7 @@ class ConnectorHost(Protocol):
 
     block_manager: KVManager
     kv_blocks: BlockStore | None
+    swa_sessions: Any  # window_sessions.WindowSessions, or None
     max_model_len: int
     requests: dict[str, list[Sequence]]
 

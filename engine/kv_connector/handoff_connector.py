@@ -35,6 +35,8 @@ from recipe.engine.sequence import Sequence, SequenceStatus
 
 NO_HAND_OFF = ("prefill and decode workers copy KV blocks by cache kind; this model's layers keep caches the "
                "engine cannot copy (serve it with both-role workers only, --both-workers)")
+NO_HAND_OFF_SESSIONS = ("the sliding-window session cache rebuilds windows by bounded replay, which a hand-off "
+                        "has no step for: serve it with both-role workers only (--both-workers)")
 
 
 @dataclass
@@ -61,11 +63,13 @@ class HandoffConnector(KVConnector):
 
     @property
     def hands_off(self) -> bool:
-        return self.engine.kv_blocks is not None
+        return self.engine.kv_blocks is not None and self.engine.swa_sessions is None
 
     def require_hand_off(self) -> None:
-        if not self.hands_off:
+        if self.engine.kv_blocks is None:
             raise ValueError(NO_HAND_OFF)
+        if self.engine.swa_sessions is not None:
+            raise ValueError(NO_HAND_OFF_SESSIONS)
 
     def _skip_tokens(self, seq: Sequence, skip_blocks: int) -> int:
         """Choice 0 skips what the decode side held; a later choice what it shares with choice 0."""

@@ -91,3 +91,20 @@ def test_blocks_the_prefill_side_released_never_serve_a_later_prefix_hit(model: 
     got, _ = pair.generate(short, params, prefix="e")
     assert got == reference(model["colocated"], short, params)
     check_pools(pair)
+
+
+def test_a_model_whose_caches_the_engine_cannot_copy_refuses_to_hand_off() -> None:
+    from recipe.engine.kv_connector.handoff_connector import HandoffConnector
+    from recipe.engine.llm_engine import LLMEngine
+    from tiny_paged_model import TinyInfo, TinyPagedLM
+
+    connector = HandoffConnector()
+    engine = LLMEngine((TinyPagedLM(), TinyInfo()), connector=connector, num_kv_blocks=8, block_size=4, num_threads=1)
+    try:
+        assert not connector.hands_off
+        with pytest.raises(ValueError, match="both-role workers"):
+            connector.reserve("x", [1, 2, 3], SamplingParams(max_tokens=2))
+        with pytest.raises(ValueError, match="both-role workers"):
+            connector.add_prefill("x", [1, 2, 3], SamplingParams(max_tokens=2), 0)
+    finally:
+        engine.shutdown()
