@@ -31,7 +31,7 @@ def router(v4_dir: Path) -> Iterator[DisaggLLM]:
 
 def test_v4_hand_off_between_worker_processes_equals_a_colocated_engine(router: DisaggLLM, v4_dir: Path) -> None:
     shared = list(range(10, 34))
-    prompts = [list(range(40, 45)), shared + [50, 51, 52], shared + [60, 61, 62, 63, 64, 65, 66]]
+    prompts = [list(range(40, 45)), [*shared, 50, 51, 52], [*shared, 60, 61, 62, 63, 64, 65, 66]]
     params = [SamplingParams(temperature=0.0, max_tokens=m, n=n, ignore_eos=True) for m, n in [(8, 1), (6, 2), (7, 1)]]
     colocated = LLM(str(v4_dir), **CONFIG)
     try:
