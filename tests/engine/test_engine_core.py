@@ -9,7 +9,7 @@ from typing import Any
 
 from recipe.engine import AsyncLLM, SamplingParams
 from recipe.engine.core import EngineClient, EngineCore
-from recipe.engine.disagg.handoff import HandoffEngine
+from recipe.engine.kv_connector.handoff_connector import HandoffConnector
 from recipe.engine.llm_engine import LLMEngine
 from tiny_paged_model import TinyInfo, TinyPagedLM, make_prompts
 
@@ -17,11 +17,11 @@ CONFIG = {"dtype": "float64", "num_kv_blocks": 64, "block_size": 4, "num_threads
 
 
 def test_the_colocated_and_hand_off_engines_are_engine_cores() -> None:
-    for cls in (LLMEngine, HandoffEngine):
-        engine = cls((TinyPagedLM(seed=1), TinyInfo()), **CONFIG)
+    for connector in (None, HandoffConnector()):
+        engine = LLMEngine((TinyPagedLM(seed=1), TinyInfo()), connector=connector, **CONFIG)
         try:
-            assert isinstance(engine, EngineCore), cls.__name__
-            assert not isinstance(engine, EngineClient), cls.__name__  # it steps; it does not stream
+            assert isinstance(engine, EngineCore), connector
+            assert not isinstance(engine, EngineClient), connector  # it steps; it does not stream
         finally:
             engine.shutdown()
 

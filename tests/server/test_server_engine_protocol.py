@@ -11,8 +11,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = ROOT / "server"
-CONCRETE = {"LLMEngine", "ExpertParallelEngine", "HandoffEngine", "AsyncLLM", "DisaggLLM", "create_engine"}
-CONCRETE_MODULES = {"llm_engine", "async_engine", "ep_engine", "handoff", "router"}  # where they are defined
+CONCRETE = {"LLMEngine", "ExpertParallelEngine", "HandoffConnector", "AsyncLLM", "DisaggLLM", "create_engine"}
+CONCRETE_MODULES = {"llm_engine", "async_engine", "ep_engine", "handoff_connector", "router"}  # where they are defined
 FACTORIES = {("cli_serve.py", "build_backend"): {"AsyncLLM"}, ("disagg_front.py", "build_disagg_backend"): {"DisaggLLM"}}
 
 
