@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from recipe.engine.block_pool import BlockPool
 from recipe.engine.sequence import Sequence
 
 _ROOT = b""
@@ -35,16 +36,6 @@ def chain_hash(parent: bytes, token_ids: list[int]) -> bytes:
     return hashlib.blake2b(parent + array("q", token_ids).tobytes(), digest_size=16).digest()
 
 
-class Block:
-    __slots__ = ("block_id", "hash", "ref_count", "token_ids")
-
-    def __init__(self, block_id: int) -> None:
-        self.block_id = block_id
-        self.ref_count = 0
-        self.hash: bytes | None = None
-        self.token_ids: tuple[int, ...] = ()
-
-
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
                  tiers: Any = None, kinds: tuple[str, ...] = ("full",)) -> None:
@@ -53,9 +44,8 @@ class BlockManager:
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.enable_prefix_caching = enable_prefix_caching
-        self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-        self.cached: dict[bytes, int] = {}
+        self.pool = BlockPool(num_blocks)
+        self.token_ids: list[tuple[int, ...]] = [()] * num_blocks  # what a registered block holds (checked on a hit)
         self.prefix_queries = 0  # prompt tokens looked up
         self.prefix_hits = 0  # of which served from the cache
         self.tiers = tiers  # kv_tiers.KVTiers or None
@@ -65,6 +55,14 @@ class BlockManager:
         self._restoring: dict[int, tuple[bytes, Future[Any]]] = {}  # seq_id -> (first hash, load)
 
     # ----- accounting -----------------------------------------------------------------------------------
+    @property
+    def free(self) -> OrderedDict[int, None]:
+        return self.pool.free
+
+    @property
+    def cached(self) -> dict[bytes, int]:
+        return self.pool.cached
+
     @property
     def num_free_blocks(self) -> int:
         return len(self.free)
@@ -78,7 +76,7 @@ class BlockManager:
         return (num_tokens + self.block_size - 1) // self.block_size
 
     def free_blocks_beside(self, prefix_block_ids: list[int]) -> int:
-        return len(self.free) - sum(1 for b in prefix_block_ids if self.blocks[b].ref_count == 0)
+        return len(self.free) - sum(1 for b in prefix_block_ids if self.pool.ref[b] == 0)
 
     def tables_for(self, seq: Sequence) -> dict[str, list[int]]:
         """Every kind's block table: the sequence's one table."""
@@ -110,7 +108,7 @@ class BlockManager:
             chunk = tokens[i * bs:(i + 1) * bs]
             h = chain_hash(h, chunk)
             block_id = self.cached.get(h)
-            if block_id is None or self.blocks[block_id].token_ids != tuple(chunk):
+            if block_id is None or self.token_ids[block_id] != tuple(chunk):
                 if self.tiers is None:
                     break
                 chunks = [tokens[j * bs:(j + 1) * bs] for j in range(i, full)]
@@ -140,21 +138,19 @@ class BlockManager:
             if stored.token_ids.tolist() != list(chunk):
                 break
             ok += 1
-        held = [b for b in matched if self.blocks[b].ref_count == 0]
+        held = [b for b in matched if self.pool.ref[b] == 0]
         loaded = loaded[: max(0, min(ok, len(self.free) - len(held)))]
         if not loaded:
             return []
         for b in held:  # keep the matched prefix out of the allocator's reach
-            self._take(b)
+            self.pool.take(b)
         ids = [self._allocate() for _ in loaded]
         for b in held:
-            self._release(b)
+            self.pool.release(b)
         for block_id, stored, chunk in zip(ids, loaded, chunks, strict=False):
-            block = self.blocks[block_id]
-            if stored.block_hash not in self.cached:
-                block.hash, block.token_ids = stored.block_hash, tuple(chunk)
-                self.cached[stored.block_hash] = block_id
-            self._release(block_id)  # a cached free block, most recently used: admit() takes it
+            if self.pool.register(block_id, stored.block_hash):
+                self.token_ids[block_id] = tuple(chunk)
+            self.pool.release(block_id)  # a cached free block, most recently used: admit() takes it
             self._restored_from[block_id] = stored.tier
         self.pending_writes.append(self.tiers.device_writer(ids, loaded))
         return ids
@@ -184,12 +180,11 @@ class BlockManager:
         Returns False, changing nothing, when the pool cannot supply them.
         """
         assert not seq.block_table
-        taken_from_free = sum(1 for b in prefix_block_ids if self.blocks[b].ref_count == 0)
         needed = self.blocks_needed(num_tokens) - len(prefix_block_ids)
-        if needed > len(self.free) - taken_from_free:
+        if needed > self.free_blocks_beside(prefix_block_ids):
             return False
         for block_id in prefix_block_ids:
-            self._take(block_id)
+            self.pool.take(block_id)
         seq.block_table = list(prefix_block_ids)
         restored = [self._restored_from.pop(b) for b in prefix_block_ids if b in self._restored_from]
         if seq.num_preemptions == 0:  # a preempted sequence's re-admission is not a new lookup
@@ -201,7 +196,7 @@ class BlockManager:
         if self.enable_prefix_caching:  # a forked prefix may not be registered yet: commit() finishes it
             hashes: list[bytes] = []
             for block_id in prefix_block_ids:
-                h = self.blocks[block_id].hash
+                h = self.pool.hash_of[block_id]
                 if h is None:
                     break
                 hashes.append(h)
@@ -228,7 +223,7 @@ class BlockManager:
         keep = self.blocks_needed(num_tokens)
         assert keep >= seq.num_hashed_blocks, (keep, seq.num_hashed_blocks)
         while len(seq.block_table) > keep:
-            self._release(seq.block_table.pop())
+            self.pool.release(seq.block_table.pop())
 
     def commit(self, seq: Sequence) -> None:
         """Register `seq`'s newly full blocks (KV computed, token ids known) in the prefix cache."""
@@ -241,11 +236,8 @@ class BlockManager:
             chunk = seq.token_ids[i * bs:(i + 1) * bs]
             parent = seq.block_hashes[i - 1] if i else _ROOT
             h = chain_hash(parent, chunk)
-            block = self.blocks[seq.block_table[i]]
-            if block.hash is None and h not in self.cached:
-                block.hash = h
-                block.token_ids = tuple(chunk)
-                self.cached[h] = block.block_id
+            if self.pool.register(seq.block_table[i], h):
+                self.token_ids[seq.block_table[i]] = tuple(chunk)
             seq.block_hashes.append(h)
             seq.num_hashed_blocks += 1
 
@@ -257,11 +249,7 @@ class BlockManager:
         """
         self.commit(seq)
         for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
-            assert block.ref_count > 0, f"double free of block {block_id}"
-            block.ref_count -= 1
-            if block.ref_count == 0:
-                self.free[block_id] = None
+            self.pool.release(block_id)
         seq.block_table = []
         seq.block_hashes = []
         seq.num_hashed_blocks = 0
@@ -269,34 +257,11 @@ class BlockManager:
         self._restoring.pop(seq.seq_id, None)
 
     # ----- internals ------------------------------------------------------------------------------------
-    def _take(self, block_id: int) -> None:
-        block = self.blocks[block_id]
-        if block.ref_count == 0:
-            del self.free[block_id]
-        block.ref_count += 1
-
-    def _release(self, block_id: int) -> None:
-        block = self.blocks[block_id]
-        block.ref_count -= 1
-        if block.ref_count == 0:
-            self.free[block_id] = None
-
     def _allocate(self) -> int:
-        block_id, _ = self.free.popitem(last=False)
+        block_id = self.pool.allocate()
         self._restored_from.pop(block_id, None)
-        block = self.blocks[block_id]
-        if block.hash is not None:  # evict its cache registration
-            if self.cached.get(block.hash) == block_id:
-                del self.cached[block.hash]
-            block.hash = None
-            block.token_ids = ()
-        block.ref_count = 1
+        self.token_ids[block_id] = ()
         return block_id
 
     def check_invariants(self) -> None:
-        """Every block is free xor referenced; every registration points at a block carrying that hash."""
-        for block in self.blocks:
-            assert (block.ref_count == 0) == (block.block_id in self.free), block.block_id
-            assert block.ref_count >= 0
-        for h, block_id in self.cached.items():
-            assert self.blocks[block_id].hash == h
+        self.pool.check_invariants()

@@ -22,12 +22,12 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 from recipe.engine.block_manager import chain_hash
+from recipe.engine.block_pool import BlockPool
 from recipe.engine.layers.v4_kv import RELEASED, REPLAY_BOUNDS, CacheSpec
 from recipe.engine.sequence import Sequence
 
@@ -57,49 +57,6 @@ def kind_block_counts(specs: list[CacheSpec], num_blocks: int, block_size: int, 
     return counts
 
 
-class KindPool:
-    """One kind's blocks: reference counts, a least-recently-freed queue, and prefix-cache registrations."""
-
-    def __init__(self, num_blocks: int) -> None:
-        self.ref = [0] * num_blocks
-        self.hash_of: list[bytes | None] = [None] * num_blocks
-        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-        self.cached: dict[bytes, int] = {}
-
-    def take(self, block: int) -> None:
-        if self.ref[block] == 0:
-            del self.free[block]
-        self.ref[block] += 1
-
-    def allocate(self) -> int:
-        block, _ = self.free.popitem(last=False)
-        h = self.hash_of[block]
-        if h is not None:
-            if self.cached.get(h) == block:
-                del self.cached[h]
-            self.hash_of[block] = None
-        self.ref[block] = 1
-        return block
-
-    def release(self, block: int) -> None:
-        assert self.ref[block] > 0, f"double free of block {block}"
-        self.ref[block] -= 1
-        if self.ref[block] == 0:
-            self.free[block] = None
-
-    def register(self, block: int, h: bytes) -> None:
-        if self.hash_of[block] is None and h not in self.cached:
-            self.hash_of[block] = h
-            self.cached[h] = block
-
-    def unregister(self, block: int) -> None:
-        h = self.hash_of[block]
-        if h is not None:
-            if self.cached.get(h) == block:
-                del self.cached[h]
-            self.hash_of[block] = None
-
-
 class MultiKindBlockManager:
     def __init__(self, specs: list[CacheSpec], num_blocks: int, block_size: int,
                  enable_prefix_caching: bool = True, max_seqs: int = 64, release_window: bool = True) -> None:
@@ -112,7 +69,7 @@ class MultiKindBlockManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.release_window = release_window
         self.counts = kind_block_counts(specs, num_blocks, block_size, max_seqs)
-        self.pools = {s.name: KindPool(self.counts[s.name]) for s in specs}
+        self.pools = {s.name: BlockPool(self.counts[s.name]) for s in specs}
         self.tables: dict[int, dict[str, list[int]]] = {}  # seq_id -> compressed kind -> blocks
         self.hashes: dict[int, list[bytes]] = {}  # seq_id -> chained hash of each committed token block
         self.prefix_queries = 0
@@ -594,7 +551,4 @@ class MultiKindBlockManager:
 
     def check_invariants(self) -> None:
         for pool in self.pools.values():
-            for b, r in enumerate(pool.ref):
-                assert r >= 0 and (r == 0) == (b in pool.free), b
-            for h, b in pool.cached.items():
-                assert pool.hash_of[b] == h
+            pool.check_invariants()

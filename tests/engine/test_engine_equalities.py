@@ -86,9 +86,8 @@ def test_prefix_cache_verifies_tokens_not_just_hashes() -> None:
     llm = make_llm(model, async_scheduling=False)
     llm.generate(prompt, GREEDY)
     bm = llm.engine.block_manager
-    for block in bm.blocks:  # corrupt every stored token record: a hash match alone must not be trusted
-        if block.hash is not None:
-            block.token_ids = tuple(t + 1 for t in block.token_ids)
+    for block in bm.cached.values():  # corrupt every stored token record: a hash match alone must not be trusted
+        bm.token_ids[block] = tuple(t + 1 for t in bm.token_ids[block])
     again = llm.generate(prompt, GREEDY)[0]
     assert again.cached_tokens == 0
     assert list(again.new_token_ids) == greedy_by_recompute(model, prompt, 24)

@@ -75,7 +75,7 @@ def cached_blocks_match_sequences(llm: LLM, sequences: list[list[int]]) -> None:
     bm = llm.engine.block_manager
     bs = bm.block_size
     chunks = {tuple(s[i * bs:(i + 1) * bs]) for s in sequences for i in range(len(s) // bs)}
-    registered = [b.token_ids for b in bm.blocks if b.hash is not None]
+    registered = [bm.token_ids[b] for b in range(bm.num_blocks) if bm.pool.hash_of[b] is not None]
     assert registered
     for token_ids in registered:
         assert token_ids in chunks, token_ids
