@@ -14,7 +14,7 @@ Sections:
             and a decode-heavy workload. SLOs: TTFT <= --ttft-slo x the unloaded TTFT, TPOT <= --tpot-slo x
             the unloaded TPOT (both measured first, on one colocated worker). Goodput = the highest tested rate
             with >= 90% of requests meeting both. TTFT/TPOT p50/p90 per point. Then the simulator
-            (engine/disagg/sim) is fed step-time curves fitted from this run's unloaded points (prefill time
+            (cluster/sim) is fed step-time curves fitted from this run's unloaded points (prefill time
             against prompt tokens, decode step against batch and context, hand-off time per token) and
             predicts the same points: its error on attainment, p90 TTFT/TPOT and goodput is printed.
   rebalance 2 prefill + 1 decode worker with the autoscaler on (AutoscalerLoop: the same policy and
@@ -37,13 +37,13 @@ from dataclasses import dataclass
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 
+from recipe.cluster.config import DisaggConfig
+from recipe.cluster.live_metrics import percentile
+from recipe.cluster.router import DisaggLLM
+from recipe.cluster.sim.cluster import simulate
+from recipe.cluster.sim.curves import StepCurves
+from recipe.cluster.sim.goodput import attainment, poisson_trace
 from recipe.engine import SamplingParams
-from recipe.engine.disagg.config import DisaggConfig
-from recipe.engine.disagg.live_metrics import percentile
-from recipe.engine.disagg.router import DisaggLLM
-from recipe.engine.disagg.sim.cluster import simulate
-from recipe.engine.disagg.sim.curves import StepCurves
-from recipe.engine.disagg.sim.goodput import attainment, poisson_trace
 
 WORKLOADS = {"prefill-heavy": (384, 8), "decode-heavy": (32, 64)}  # (prompt tokens, output tokens)
 
@@ -221,7 +221,7 @@ def goodput(args: argparse.Namespace) -> None:
 
 
 def rebalance(args: argparse.Namespace) -> None:
-    from recipe.engine.disagg.autoscaler import AutoscalerLoop, AutoscalerPolicy
+    from recipe.cluster.autoscaler import AutoscalerLoop, AutoscalerPolicy
 
     engine = make_router(args, 2, 1, 0)
     loop = None

@@ -1,4 +1,4 @@
-"""The disaggregation simulator's figures (`engine/disagg/sim`), from step-time curves stated here.
+"""The disaggregation simulator's figures (`cluster/sim`), from step-time curves stated here.
 
     python bench/disagg_sim.py                  # DistServe-shaped goodput sweep + diurnal autoscaler day
     python bench/disagg_sim.py --only sweep
@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from recipe.engine.disagg.autoscaler import Autoscaler, AutoscalerPolicy
-from recipe.engine.disagg.sim.cluster import simulate
-from recipe.engine.disagg.sim.curves import StepCurves
-from recipe.engine.disagg.sim.goodput import attainment, diurnal_trace, goodput
+from recipe.cluster.autoscaler import Autoscaler, AutoscalerPolicy
+from recipe.cluster.sim.cluster import simulate
+from recipe.cluster.sim.curves import StepCurves
+from recipe.cluster.sim.goodput import attainment, diurnal_trace, goodput
 
 CURVES = {
     # one core, fp32, unloaded: ~2.5 ms per prompt token, ~35 ms decode step (+0.5 ms per extra row);

@@ -1,6 +1,6 @@
 """`recipe serve --prefill-workers N --decode-workers M [--autoscale] [--ray-address ADDR|auto]`: the server
 fronts engine worker processes (or Ray actors across a cluster's nodes) through the disaggregation router
-(`recipe.engine.disagg.router.DisaggLLM`) instead of one embedded engine. The protocol layer is unchanged: the
+(`recipe.cluster.router.DisaggLLM`) instead of one embedded engine. The protocol layer is unchanged: the
 router is an `EngineClient`, as the embedded engine is; only `build_disagg_backend` knows it is a router.
 
 `/health` answers 503 naming the workers that are not ready (a worker restarting after a crash, one being
@@ -54,7 +54,7 @@ def disagg_requested(args: argparse.Namespace) -> bool:
 
 def disagg_config_from_args(args: argparse.Namespace) -> Any:
     """The `DisaggConfig` the flags ask for (`--ray-address` alone: 1 prefill + 1 decode actor)."""
-    from recipe.engine.disagg.config import DisaggConfig
+    from recipe.cluster.config import DisaggConfig
 
     prefill, decode, both = args.prefill_workers or 0, args.decode_workers or 0, args.both_workers or 0
     if args.ray_address and not (prefill or decode or both):
@@ -85,13 +85,13 @@ class DisaggBackend(EngineBackend):
 
 
 def build_disagg_backend(args: argparse.Namespace, engine_config: dict[str, Any], name: str) -> DisaggBackend:
-    from recipe.engine.disagg.router import DisaggLLM
+    from recipe.cluster.router import DisaggLLM
     from recipe.server.disagg_metrics import DisaggCollector
 
     router = DisaggLLM(args.model or "smollm2", disagg_config_from_args(args), **engine_config)
     autoscaler = None
     if args.autoscale:
-        from recipe.engine.disagg.autoscaler import AutoscalerLoop
+        from recipe.cluster.autoscaler import AutoscalerLoop
 
         autoscaler = AutoscalerLoop(router)
         autoscaler.start()

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from recipe.engine.disagg.messages import Handoff, SeqHandoff
+from recipe.engine.disagg.handoff_descriptor import Handoff, SeqHandoff
 from recipe.engine.disagg.transport_protocol import Transport
 from recipe.engine.kv_connector.base import KVConnector
 from recipe.engine.kv_connector.kv_payload import load_blocks, save_blocks

@@ -90,17 +90,3 @@ def test_async_llm_is_an_engine_client_that_asks_its_core_only_the_protocol(monk
     got = asyncio.run(main())
     assert [len(t) for t in got] == [6, 6, 6]
     assert made[0].calls.get("has_request", 0) >= 1 and made[0].calls.get("step", 0) >= 6
-
-
-def test_the_disaggregated_router_is_an_engine_client_whose_health_says_what_is_wrong(llama_checkpoint: Any) -> None:
-    from recipe.engine.disagg.config import DisaggConfig
-    from recipe.engine.disagg.router import DisaggLLM
-
-    router = DisaggLLM(str(llama_checkpoint), DisaggConfig(prefill_workers=1, decode_workers=1, ready_timeout_s=600),
-                       dtype="float32", num_kv_blocks=64, block_size=4, num_threads=1)
-    try:
-        assert isinstance(router, EngineClient) and not isinstance(router, EngineCore)  # its cores are its workers'
-        assert router.health_problem() is None and router.is_running  # the constructor waits for every worker
-    finally:
-        asyncio.run(router.shutdown())
-    assert router.health_problem() == "engine stopped" and not router.is_running

@@ -42,7 +42,7 @@ def test_bad_flag_values_are_usage_errors(bad: tuple[str, str], capsys: pytest.C
 
 def test_disaggregated_workers_get_the_same_session_cache_config(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every worker engine is built from the config the router receives: the swa flags must be in it."""
-    import recipe.engine.disagg.router as router_module
+    import recipe.cluster.router as router_module
     from recipe.server.cli_serve import build_backend
 
     seen: dict[str, object] = {}

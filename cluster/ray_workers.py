@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from recipe.engine.disagg import messages as m
-from recipe.engine.disagg.worker import WorkerSpec, serve
+from recipe.cluster import messages as m
+from recipe.cluster.worker import WorkerSpec, serve
 
 PULL_WAIT_S = 0.5
 

@@ -16,9 +16,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from recipe.engine.disagg import messages as m
-from recipe.engine.disagg.config import ROLES
-from recipe.engine.disagg.constraint_wire import ConstraintCache
+from recipe.cluster import messages as m
+from recipe.cluster.config import ROLES
+from recipe.cluster.constraint_wire import ConstraintCache
+from recipe.engine.disagg.handoff_descriptor import Handoff
 from recipe.engine.disagg.transport import TransportError, make_transport
 from recipe.engine.kv_connector.handoff_connector import HandoffConnector
 from recipe.engine.llm_engine import LLMEngine
@@ -144,7 +145,7 @@ class Worker:
             self.waiting_reserves.popleft()
             self.channel.send(m.Reserved(msg.request_id, held))
 
-    def install(self, handoff: m.Handoff) -> None:
+    def install(self, handoff: Handoff) -> None:
         t0 = time.perf_counter()
         try:
             transport = self.connector.transport

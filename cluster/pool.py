@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from recipe.engine.disagg import messages as m
-from recipe.engine.disagg.worker import WorkerSpec, serve
+from recipe.cluster import messages as m
+from recipe.cluster.worker import WorkerSpec, serve
 
 
 def _main(spec: WorkerSpec, conn: Any) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from disagg_helpers import reference, run_all
+from recipe.cluster.config import DisaggConfig
+from recipe.cluster.router import DisaggLLM
 from recipe.engine import LLM, SamplingParams
-from recipe.engine.disagg.config import DisaggConfig
-from recipe.engine.disagg.router import DisaggLLM
 from v4_checkpoints import write_v4_checkpoint
 
 CONFIG = {"num_kv_blocks": 96, "block_size": 4, "num_threads": 1, "max_num_seqs": 8, "max_num_batched_tokens": 16}

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from disagg_helpers import collect, prompts_of, reference, run_all
+from recipe.cluster import messages as m
+from recipe.cluster.config import DisaggConfig
+from recipe.cluster.router import DisaggLLM, WorkerLostError
 from recipe.engine import LLM, SamplingParams
-from recipe.engine.disagg import messages as m
-from recipe.engine.disagg.config import DisaggConfig
-from recipe.engine.disagg.router import DisaggLLM, WorkerLostError
 
 pytestmark = pytest.mark.slow  # three worker processes and two restarts: about two minutes on 2 busy cores
 

@@ -20,10 +20,10 @@ import pytest
 import ray  # a dev dependency: a missing ray is a broken environment, not a skip
 from disagg_helpers import prompts_of, reference, run_all
 from local_ray_cluster import LocalRayCluster
+from recipe.cluster.config import DisaggConfig
+from recipe.cluster.router import DisaggLLM
 from recipe.engine import LLM, SamplingParams
-from recipe.engine.disagg.config import DisaggConfig
 from recipe.engine.disagg.ray_transport import RayHandle
-from recipe.engine.disagg.router import DisaggLLM
 
 CONFIG = {"dtype": "float32", "num_kv_blocks": 160, "block_size": 4, "num_threads": 1, "max_num_batched_tokens": 64}
 

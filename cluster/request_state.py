@@ -9,15 +9,16 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from recipe.cluster import messages as m
+from recipe.cluster.config import DisaggConfig
+from recipe.cluster.live_metrics import Window
+from recipe.cluster.routing import PrefixIndex, WorkerLoad
 from recipe.engine.async_engine import EngineDeadError
-from recipe.engine.disagg import messages as m
-from recipe.engine.disagg.config import DisaggConfig
-from recipe.engine.disagg.live_metrics import Window
-from recipe.engine.disagg.routing import PrefixIndex, WorkerLoad
+from recipe.engine.disagg.handoff_descriptor import Handoff
 from recipe.engine.disagg.transport_protocol import Transport
 
 if TYPE_CHECKING:
-    from recipe.engine.disagg.pool import WorkerProcess
+    from recipe.cluster.pool import WorkerProcess
 
 
 class WorkerLostError(EngineDeadError):
@@ -53,7 +54,7 @@ class FlowRouter(Protocol):
 
     def choose(self, role: str, ids: list[int] | None = None, session: str | None = None) -> WorkerProcess | None: ...
 
-    def record_handoff(self, handoff: m.Handoff, installed: m.Installed) -> None: ...
+    def record_handoff(self, handoff: Handoff, installed: m.Installed) -> None: ...
 
     def has_role(self, role: str) -> bool: ...
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from disagg_helpers import EvenTokens, prompts_of, reference, run_all
+from recipe.cluster.config import DisaggConfig
+from recipe.cluster.router import DisaggLLM
 from recipe.engine import LLM, SamplingParams
-from recipe.engine.disagg.config import DisaggConfig
-from recipe.engine.disagg.router import DisaggLLM
 
 CONFIG = {"dtype": "float32", "num_kv_blocks": 160, "block_size": 4, "num_threads": 1, "max_num_batched_tokens": 64}
 

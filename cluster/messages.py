@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipe.engine.disagg.handoff_descriptor import Handoff
 from recipe.engine.sampling_params import SamplingParams
 
 
@@ -38,36 +39,6 @@ class Prefill:
     prompt_ids: list[int]
     params: SamplingParams
     skip_blocks: int
-
-
-@dataclass(frozen=True)
-class SeqHandoff:
-    """One choice's state after prefill: its first token, and where its blocks start in the payload.
-
-    `first_block`: the first block of the choice's block table the payload carries (choice 0 from the
-    decode side's `skip_blocks`; a later choice from the blocks it shares with choice 0). `replay_ids`:
-    the tokens a fresh constraint matcher must accept to reach the prefill side's state (the first token).
-    """
-
-    index: int
-    first_token: int
-    first_block: int
-    num_blocks: int
-    replay_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Handoff:
-    """A request leaving prefill: its continuing choices, the KV payload handle, and prefill's accounting."""
-
-    request_id: str
-    seqs: tuple[SeqHandoff, ...]
-    ended: tuple[int, ...]  # choices that ended at prefill (their reservation is released)
-    payload: Any  # transport handle
-    cached_tokens: int
-    payload_bytes: int
-    capture_s: float  # time the prefill side spent reading the blocks and writing the payload
-    skip_blocks: int = 0  # choice 0's leading blocks the decode side already held
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from recipe.engine.async_engine import EngineDeadError
-from recipe.engine.core import EngineStats
-from recipe.engine.disagg import messages as m
-from recipe.engine.disagg.config import DisaggConfig, split_cores
-from recipe.engine.disagg.constraint_wire import to_wire
-from recipe.engine.disagg.live_metrics import LiveMetrics, Window
-from recipe.engine.disagg.pool import WorkerProcess
-from recipe.engine.disagg.request_flow import RequestFlow
-from recipe.engine.disagg.request_state import WorkerLostError, _Request, _Retry, _WorkerExit
-from recipe.engine.disagg.routing import (
+from recipe.cluster import messages as m
+from recipe.cluster.config import DisaggConfig, split_cores
+from recipe.cluster.constraint_wire import to_wire
+from recipe.cluster.live_metrics import LiveMetrics, Window
+from recipe.cluster.pool import WorkerProcess
+from recipe.cluster.request_flow import RequestFlow
+from recipe.cluster.request_state import WorkerLostError, _Request, _Retry, _WorkerExit
+from recipe.cluster.routing import (
     PrefixIndex,
     SessionAffinity,
     WorkerLoad,
@@ -44,8 +42,11 @@ from recipe.engine.disagg.routing import (
     pick_decode,
     pick_prefill,
 )
+from recipe.cluster.worker import WorkerSpec
+from recipe.engine.async_engine import EngineDeadError
+from recipe.engine.core import EngineStats
+from recipe.engine.disagg.handoff_descriptor import Handoff
 from recipe.engine.disagg.transport import make_transport
-from recipe.engine.disagg.worker import WorkerSpec
 from recipe.engine.outputs import RequestOutput
 from recipe.engine.prompt_check import check_prompt
 from recipe.engine.sampling_params import SamplingParams
@@ -87,7 +88,7 @@ class DisaggLLM:
         roles = self.config.roles()
         self.placement: Any = None  # RayPlacement when the workers are Ray actors
         if self.config.ray_address is not None:
-            from recipe.engine.disagg.ray_workers import RayPlacement
+            from recipe.cluster.ray_workers import RayPlacement
 
             self.placement = RayPlacement(self.config.ray_address, len(roles), self.config.ray_cpus_per_worker,
                                           model, self.config.ray_ship_model, self.config.ready_timeout_s)
@@ -211,7 +212,7 @@ class DisaggLLM:
         ) if loads else EngineStats(0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0.0)
 
     def live_metrics(self) -> LiveMetrics:
-        from recipe.engine.disagg.live_metrics import percentile
+        from recipe.cluster.live_metrics import percentile
 
         with self._lock:
             loads = [w for w in self._loads.values() if w.available]
@@ -315,7 +316,7 @@ class DisaggLLM:
                 choice = pick_decode(loads)
             return None if choice is None else self._workers[choice.worker_id]
 
-    def record_handoff(self, handoff: m.Handoff, installed: m.Installed) -> None:
+    def record_handoff(self, handoff: Handoff, installed: m.Installed) -> None:
         self.handoff_count += 1
         self.handoff_bytes += handoff.payload_bytes
         self.handoffs.append(HandoffRecord(handoff.payload_bytes, installed.num_blocks, handoff.capture_s,

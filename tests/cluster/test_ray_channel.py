@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from recipe.engine.disagg.config import DisaggConfig
-from recipe.engine.disagg.ray_workers import ActorChannel, pack_model, unpack_model
+from recipe.cluster.config import DisaggConfig
+from recipe.cluster.ray_workers import ActorChannel, pack_model, unpack_model
 
 
 @settings(max_examples=200, deadline=None)

@@ -7,8 +7,8 @@ import math
 import random
 from collections.abc import Callable
 
-from recipe.engine.disagg.sim.cluster import SimRequest, simulate
-from recipe.engine.disagg.sim.curves import StepCurves
+from recipe.cluster.sim.cluster import SimRequest, simulate
+from recipe.cluster.sim.curves import StepCurves
 
 
 def poisson_trace(rate: float, count: int, prompt: int, output: int, seed: int = 0,

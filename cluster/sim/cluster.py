@@ -18,9 +18,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from recipe.engine.disagg.autoscaler import Autoscaler, pressures
-from recipe.engine.disagg.live_metrics import LiveMetrics, percentile
-from recipe.engine.disagg.sim.curves import StepCurves
+from recipe.cluster.autoscaler import Autoscaler, pressures
+from recipe.cluster.live_metrics import LiveMetrics, percentile
+from recipe.cluster.sim.curves import StepCurves
 
 
 @dataclass

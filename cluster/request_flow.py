@@ -13,14 +13,14 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from recipe.engine.disagg import messages as m
-from recipe.engine.disagg.request_state import FlowRouter, WorkerLostError, _Request, _Retry, _WorkerExit
-from recipe.engine.disagg.routing import block_hashes
+from recipe.cluster import messages as m
+from recipe.cluster.request_state import FlowRouter, WorkerLostError, _Request, _Retry, _WorkerExit
+from recipe.cluster.routing import block_hashes
 from recipe.engine.outputs import RequestOutput
 from recipe.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from recipe.engine.disagg.pool import WorkerProcess
+    from recipe.cluster.pool import WorkerProcess
 
 NO_WORKER_WAIT_S = 60.0
 

@@ -4,10 +4,10 @@ runs the production autoscaler policy through a phase shift without losing a req
 from __future__ import annotations
 
 import pytest
-from recipe.engine.disagg.autoscaler import Autoscaler, AutoscalerPolicy
-from recipe.engine.disagg.sim.cluster import SimRequest, simulate
-from recipe.engine.disagg.sim.curves import StepCurves
-from recipe.engine.disagg.sim.goodput import attainment, diurnal_trace, goodput, poisson_trace
+from recipe.cluster.autoscaler import Autoscaler, AutoscalerPolicy
+from recipe.cluster.sim.cluster import SimRequest, simulate
+from recipe.cluster.sim.curves import StepCurves
+from recipe.cluster.sim.goodput import attainment, diurnal_trace, goodput, poisson_trace
 
 CURVES = StepCurves(prefill_base=0.01, prefill_per_token=0.001, decode_base=0.02, decode_per_seq=0.001,
                     decode_per_ctx=0.0, transfer_per_token=0.0001)

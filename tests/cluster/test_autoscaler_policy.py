@@ -8,8 +8,8 @@ import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from recipe.engine.disagg.autoscaler import Autoscaler, AutoscalerPolicy
-from recipe.engine.disagg.live_metrics import LiveMetrics, Window, percentile
+from recipe.cluster.autoscaler import Autoscaler, AutoscalerPolicy
+from recipe.cluster.live_metrics import LiveMetrics, Window, percentile
 
 POLICY = AutoscalerPolicy(ttft_slo_s=1.0, tpot_slo_s=0.1, queue_tokens_high=1000, kv_high=0.8, low=0.6, confirm=3,
                           cooldown_s=10.0, min_per_role=1)

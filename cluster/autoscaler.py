@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from recipe.engine.disagg.live_metrics import LiveMetrics
+from recipe.cluster.live_metrics import LiveMetrics
 
 if TYPE_CHECKING:
-    from recipe.engine.disagg.router import DisaggLLM
+    from recipe.cluster.router import DisaggLLM
 
 log = logging.getLogger("recipe.disagg.autoscaler")
 
