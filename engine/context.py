@@ -7,6 +7,7 @@ new tokens are laid out flat, sequence after sequence, so `cu_seqlens_q` indexes
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -32,17 +33,22 @@ class AttentionContext:
         return all(q == 1 for q in self.query_lens)
 
 
-_CONTEXT: AttentionContext | None = None
+class _StepContext(threading.local):
+    ctx: AttentionContext | None = None
+
+
+# per thread: each engine runs its steps on its own model thread, and two engines may share a process
+_CONTEXT = _StepContext()
 
 
 def set_context(ctx: AttentionContext | None) -> None:
-    global _CONTEXT
-    _CONTEXT = ctx
+    _CONTEXT.ctx = ctx
 
 
 def get_context() -> AttentionContext:
-    assert _CONTEXT is not None, "attention context not set for this step"
-    return _CONTEXT
+    ctx = _CONTEXT.ctx
+    assert ctx is not None, "attention context not set for this step"
+    return ctx
 
 
 def reset_context() -> None:

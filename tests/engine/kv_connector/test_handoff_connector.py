@@ -1,6 +1,6 @@
 """Hand-off through the KV connector (prefill engine -> `HandoffConnector` -> decode engine, in one process)
-gives exactly the tokens of one colocated engine, for a Llama-style model (one paged table) and for
-DeepSeek-V4 (window and compressed kinds, window blocks released as they slide out): greedy, n > 1,
+gives exactly the tokens of one colocated engine, for a Llama-style model and DeepSeek-V3 (MLA's latent
+cache; one paged table each) and for DeepSeek-V4 (window and compressed kinds, window blocks released as they slide out): greedy, n > 1,
 seeded sampling, a request that ends at its first token, a constraint replayed on the decode side, and
 prefix-cache hits on the decode side (`skip_blocks`)."""
 
@@ -19,10 +19,10 @@ LLAMA = {"dtype": "float32", "num_kv_blocks": 160, "block_size": 4, "num_threads
 V4 = {"num_kv_blocks": 96, "block_size": 4, "num_threads": 1, "max_num_seqs": 8, "max_num_batched_tokens": 16}
 
 
-@pytest.fixture(scope="module", params=["llama", "deepseek_v4"])
+@pytest.fixture(scope="module", params=["llama", "deepseek_v3", "deepseek_v4"])
 def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    if request.param == "llama":
-        path, config, vocab = request.getfixturevalue("llama_checkpoint"), LLAMA, 256
+    if request.param in ("llama", "deepseek_v3"):  # one paged table: K/V ("full"), MLA's latent ("latent")
+        path, config, vocab = request.getfixturevalue(f"{request.param.split('_')[0]}_checkpoint"), LLAMA, 256
     else:
         path, config, vocab = write_v4_checkpoint(tmp_path_factory.mktemp("v4_handoff"), "mixed", seed=3), V4, 96
     pair = HandoffPair.of(str(path), **config)
