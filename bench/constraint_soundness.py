@@ -16,8 +16,19 @@ instance meets the backend's lazily built lexer states cold); per state p50/p99 
 the overall p99. `--refusals`: compile only, and group the schemas the engine refuses by message and the
 keywords its reports list as post-checked or unsupported.
 
+First invalid character (recipe): for each invalid text, `prefix_oracle` finds the first character U a rule
+proves dead (the first invalid character f is at most U; the mutation site m, where the text leaves its
+valid source, is at most f). On schemas reported exact the mask must block before all of character U is
+accepted: `exact` counts the texts where U == m (f known exactly), `bounded` those where U > m, `late` the
+failures; `post` the texts of post-checked schemas (not asserted), `block_after_site` the distribution of
+(characters accepted before the block) - m where f is not exact, `oracle_errors` a rule firing on a valid
+text or before m (the oracle would be wrong).
+
+`--clock thread`: mask times in this thread's CPU time instead of wall time (a loaded machine's preemptions
+do not count; same masks).
+
 Usage: .venv/bin/python bench/constraint_soundness.py [--seed N] [--limit N] [--engines recipe,llguidance,xgrammar]
-       [--json OUT] [--states] [--refusals]
+       [--json OUT] [--states] [--refusals] [--clock wall|thread]
 """
 
 from __future__ import annotations
@@ -41,9 +52,21 @@ from recipe.constraints import bitmask  # noqa: E402
 from recipe.constraints.backend import CompiledConstraint  # noqa: E402
 from recipe.constraints.compiler import compile_constraint, get_backend  # noqa: E402
 from recipe.constraints.kinds import ConstraintError  # noqa: E402
-from recipe.constraints.soundness import instance_text, instances, load_sources  # noqa: E402
+from recipe.constraints.prefix_oracle import PrefixOracle  # noqa: E402
+from recipe.constraints.soundness import (  # noqa: E402
+    SoundTally,
+    block_distribution,
+    instance_text,
+    load_sources,
+    mutants,
+    tally_first_char,
+)
 from recipe.constraints.vocabulary import vocabulary_of  # noqa: E402
 from recipe.tokenizer import load_deepseek_v4_tokenizer  # noqa: E402
+
+# per-mask clock: wall time by default; `--clock thread` counts this thread's CPU time only (every engine
+# computes its masks on the calling thread), which other jobs' preemptions on a shared machine do not inflate
+CLOCK = [time.perf_counter_ns]
 
 
 def compile_engine(engine: str, schema: Any, tok: Any) -> CompiledConstraint:
@@ -92,21 +115,23 @@ def json_state(prefix: str) -> str:
 
 
 def walk(c: CompiledConstraint, ids: list[int], mask_us: list[float], states: list[str] | None = None,
-         tok: Any = None) -> bool:
+         tok: Any = None) -> tuple[bool, int | None]:
+    """(accepted, index of the id the mask refused; None when every id passed)."""
     m = c.matcher()
     mask = c.allocate_bitmask()
     prefix = ""
-    for t in ids:
-        t0 = time.perf_counter()
+    clock = CLOCK[0]
+    for n, t in enumerate(ids):
+        t0 = clock()
         m.fill_bitmask(mask)
-        mask_us.append((time.perf_counter() - t0) * 1e6)
+        mask_us.append((clock() - t0) / 1e3)
         if states is not None:
             states.append(json_state(prefix))
             prefix += tok.decode([t])
         if not bitmask.is_allowed(mask, t) or not m.accept(t):
-            return False
+            return False, n
     m.fill_bitmask(mask)
-    return bool(m.can_terminate() and any(bitmask.is_allowed(mask, e) for e in c.eos_token_ids))
+    return bool(m.can_terminate() and any(bitmask.is_allowed(mask, e) for e in c.eos_token_ids)), None
 
 
 def print_states(mask_us: list[float], states: list[str], index: list[int]) -> None:
@@ -159,7 +184,10 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--states", action="store_true", help="mask time by document state and instance index")
     ap.add_argument("--refusals", action="store_true", help="compile only: refusals and post-checked keywords")
+    ap.add_argument("--clock", choices=("wall", "thread"), default="wall", help="mask clock (see CLOCK)")
     args = ap.parse_args()
+    if args.clock == "thread":
+        CLOCK[0] = time.thread_time_ns
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     engines = args.engines.split(",")
     tok = load_deepseek_v4_tokenizer()
@@ -174,16 +202,19 @@ def main() -> None:
     stats: dict[str, dict[str, Any]] = {e: {"compiled": 0, "exact": 0, "valid": 0, "valid_accepted": 0, "invalid": 0,
                                              "rejected": 0, "rejected_by_mask": 0, "unsound": 0, "compile_ms": [],
                                              "mask_us": [], "states": [], "index": []} for e in engines}
+    first = SoundTally()  # the first-invalid-character verdicts (recipe)
     generated = n_valid = n_invalid = 0
     unsound_cases: list[str] = []
     t_start = time.perf_counter()
     for i, (name, schema) in enumerate(pairs):
         rng = random.Random(f"{seed}:{name}")
-        valid, invalid = instances(schema, rng)
+        valid, pairs_ = mutants(schema, rng)
         generated += bool(valid)
         n_valid += len(valid)
-        n_invalid += len(invalid)
-        texts = [(True, instance_text(v, schema)) for v in valid] + [(False, instance_text(v, schema)) for v in invalid]
+        n_invalid += len(pairs_)
+        texts = [(True, instance_text(v, schema), "") for v in valid] + [
+            (False, instance_text(m, schema), instance_text(src, schema)) for m, src in pairs_]
+        oracle = PrefixOracle(schema) if valid and "recipe" in engines else None
         for e in engines:
             s = stats[e]
             t0 = time.perf_counter()
@@ -195,10 +226,14 @@ def main() -> None:
             s["compiled"] += 1
             exact = bool(c.report is not None and c.report.enforced_exactly)
             s["exact"] += exact
-            for j, (ok, text) in enumerate(texts):
+            for j, (ok, text, source) in enumerate(texts):
                 before = len(s["mask_us"])
-                passed = walk(c, tok.encode_plain(text), s["mask_us"], s["states"] if args.states else None, tok)
+                ids = tok.encode_plain(text)
+                passed, refused = walk(c, ids, s["mask_us"], s["states"] if args.states else None, tok)
                 s["index"].extend([j] * (len(s["mask_us"]) - before))
+                if e == "recipe" and oracle is not None:
+                    tally_first_char(first, name, text, source if not ok else None, oracle.first_dead(text), ids,
+                                     refused, passed, exact, c.vocabulary.piece)
                 if ok:
                     s["valid"] += 1
                     s["valid_accepted"] += passed
@@ -212,7 +247,7 @@ def main() -> None:
                         s["rejected"] += 1
                     else:
                         s["unsound"] += 1
-                        unsound_cases.append(f"{name}: {text[:200]}")
+                        unsound_cases.append(f"UNSOUND {name}: {text[:200]}")
         if (i + 1) % 100 == 0:
             print(f"  {i + 1}/{len(pairs)}", file=sys.stderr, flush=True)
     wall = time.perf_counter() - t_start
@@ -238,8 +273,15 @@ def main() -> None:
               f"p99 {r['compile_ms_p99']:.1f}  mask µs p50 {r['mask_us_p50']:.1f} p99 {r['mask_us_p99']:.1f}")
         if args.states and s["mask_us"]:
             print_states(s["mask_us"], s["states"], s["index"])
+    if "recipe" in engines:
+        out["first_invalid_character"] = {
+            "exact": first.first_char_exact, "bounded": first.first_char_bounded, "late": first.first_char_late,
+            "post": first.first_char_post, "post_late": first.first_char_post_late,
+            "oracle_errors": first.oracle_errors, "block_after_site": block_distribution(first.block_after_site)}
+        print(f"first invalid character (recipe): {out['first_invalid_character']}")
+        unsound_cases += first.failures
     for x in unsound_cases[:50]:
-        print("  UNSOUND " + x)
+        print("  " + x)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
 

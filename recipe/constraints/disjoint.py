@@ -33,7 +33,8 @@ def _resolve(s: Any, defs: dict[str, Any], depth: int) -> Any:
     return s
 
 
-def _value_type(v: Any) -> str:
+def value_type(v: Any) -> str:
+    """The JSON type of a decoded value ("integer" counted as "number")."""
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -67,7 +68,7 @@ def types_of(s: Any, defs: dict[str, Any], depth: int = _DEPTH) -> frozenset[str
         out &= {"number" if x == "integer" else x for x in ts if isinstance(x, str)}
     vals = _values(s)
     if vals is not None:
-        out &= {_value_type(v) for v in vals}
+        out &= {value_type(v) for v in vals}
     for k in ("anyOf", "oneOf"):
         if isinstance(s.get(k), list) and s[k]:
             out &= set().union(*[types_of(b, defs, depth - 1) for b in s[k]])

