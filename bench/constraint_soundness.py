@@ -24,11 +24,13 @@ failures; `post` the texts of post-checked schemas (not asserted), `block_after_
 (characters accepted before the block) - m where f is not exact, `oracle_errors` a rule firing on a valid
 text or before m (the oracle would be wrong).
 
-`--clock thread`: mask times in this thread's CPU time instead of wall time (a loaded machine's preemptions
-do not count; same masks).
+Mask times are taken on two clocks around the same call: wall time (`mask_us`) and this thread's CPU time
+(`mask_cpu_us`; every engine computes its masks on the calling thread, so other jobs' preemptions of a
+shared machine do not count there). `post_caught`: for the invalid texts the mask passed and the post-check
+caught (recipe), the `jsonschema` keywords that failed.
 
 Usage: .venv/bin/python bench/constraint_soundness.py [--seed N] [--limit N] [--engines recipe,llguidance,xgrammar]
-       [--json OUT] [--states] [--refusals] [--clock wall|thread]
+       [--json OUT] [--states] [--refusals]
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,10 +66,6 @@ from recipe.constraints.soundness import (  # noqa: E402
 )
 from recipe.constraints.vocabulary import vocabulary_of  # noqa: E402
 from recipe.tokenizer import load_deepseek_v4_tokenizer  # noqa: E402
-
-# per-mask clock: wall time by default; `--clock thread` counts this thread's CPU time only (every engine
-# computes its masks on the calling thread), which other jobs' preemptions on a shared machine do not inflate
-CLOCK = [time.perf_counter_ns]
 
 
 def compile_engine(engine: str, schema: Any, tok: Any) -> CompiledConstraint:
@@ -114,17 +113,20 @@ def json_state(prefix: str) -> str:
     return {"v": "after-value", ":": "after-:", "[": "after-["}.get(last, "after-value")
 
 
-def walk(c: CompiledConstraint, ids: list[int], mask_us: list[float], states: list[str] | None = None,
-         tok: Any = None) -> tuple[bool, int | None]:
+def walk(c: CompiledConstraint, ids: list[int], mask_us: list[float], cpu_us: list[float],
+         states: list[str] | None = None, tok: Any = None) -> tuple[bool, int | None]:
     """(accepted, index of the id the mask refused; None when every id passed)."""
     m = c.matcher()
     mask = c.allocate_bitmask()
     prefix = ""
-    clock = CLOCK[0]
+    wall, cpu = time.perf_counter_ns, time.thread_time_ns
     for n, t in enumerate(ids):
-        t0 = clock()
+        c0 = cpu()
+        w0 = wall()
         m.fill_bitmask(mask)
-        mask_us.append((clock() - t0) / 1e3)
+        w1 = wall()
+        mask_us.append((w1 - w0) / 1e3)
+        cpu_us.append((cpu() - c0) / 1e3)
         if states is not None:
             states.append(json_state(prefix))
             prefix += tok.decode([t])
@@ -132,6 +134,21 @@ def walk(c: CompiledConstraint, ids: list[int], mask_us: list[float], states: li
             return False, n
     m.fill_bitmask(mask)
     return bool(m.can_terminate() and any(bitmask.is_allowed(mask, e) for e in c.eos_token_ids)), None
+
+
+def failing_keywords(schema: Any, value: Any) -> set[str]:
+    """The `jsonschema` keywords that reject `value` (every error, nested ones of anyOf/oneOf included)."""
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        stack = list(cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(value))
+    except Exception:  # a schema the validator cannot apply
+        return {"(cannot validate)"}
+    out = set()
+    while stack:
+        e = stack.pop()
+        out.add(str(e.validator))
+        stack.extend(e.context or ())
+    return out
 
 
 def print_states(mask_us: list[float], states: list[str], index: list[int]) -> None:
@@ -184,10 +201,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--states", action="store_true", help="mask time by document state and instance index")
     ap.add_argument("--refusals", action="store_true", help="compile only: refusals and post-checked keywords")
-    ap.add_argument("--clock", choices=("wall", "thread"), default="wall", help="mask clock (see CLOCK)")
     args = ap.parse_args()
-    if args.clock == "thread":
-        CLOCK[0] = time.thread_time_ns
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     engines = args.engines.split(",")
     tok = load_deepseek_v4_tokenizer()
@@ -201,7 +215,8 @@ def main() -> None:
         return
     stats: dict[str, dict[str, Any]] = {e: {"compiled": 0, "exact": 0, "valid": 0, "valid_accepted": 0, "invalid": 0,
                                              "rejected": 0, "rejected_by_mask": 0, "unsound": 0, "compile_ms": [],
-                                             "mask_us": [], "states": [], "index": []} for e in engines}
+                                             "mask_us": [], "mask_cpu_us": [], "states": [], "index": []} for e in engines}
+    post_caught: collections.Counter[str] = collections.Counter()
     first = SoundTally()  # the first-invalid-character verdicts (recipe)
     generated = n_valid = n_invalid = 0
     unsound_cases: list[str] = []
@@ -229,7 +244,8 @@ def main() -> None:
             for j, (ok, text, source) in enumerate(texts):
                 before = len(s["mask_us"])
                 ids = tok.encode_plain(text)
-                passed, refused = walk(c, ids, s["mask_us"], s["states"] if args.states else None, tok)
+                passed, refused = walk(c, ids, s["mask_us"], s["mask_cpu_us"], s["states"] if args.states else None,
+                                       tok)
                 s["index"].extend([j] * (len(s["mask_us"]) - before))
                 if e == "recipe" and oracle is not None:
                     tally_first_char(first, name, text, source if not ok else None, oracle.first_dead(text), ids,
@@ -245,6 +261,7 @@ def main() -> None:
                 elif e == "recipe":
                     if c.validate(text) and not exact:
                         s["rejected"] += 1
+                        post_caught.update(failing_keywords(schema, json.loads(text)))
                     else:
                         s["unsound"] += 1
                         unsound_cases.append(f"UNSOUND {name}: {text[:200]}")
@@ -258,19 +275,21 @@ def main() -> None:
           f"{n_invalid} invalid instances (wall {wall:.0f} s)")
     for e in engines:
         s = stats[e]
-        cm, mu = np.array(s["compile_ms"] or [0.0]), np.array(s["mask_us"] or [0.0])
+        cm, mu, cu = (np.array(s[k] or [0.0]) for k in ("compile_ms", "mask_us", "mask_cpu_us"))
         r = {"compiled_rate": s["compiled"] / len(pairs), "accepted_rate": s["valid_accepted"] / max(s["valid"], 1),
              "rejected_rate": s["rejected"] / max(s["invalid"], 1),
              "rejected_by_mask_rate": s["rejected_by_mask"] / max(s["invalid"], 1),
              "unsound": s["unsound"] if e == "recipe" else None, "exact": s["exact"],
              "compile_ms_p50": float(np.percentile(cm, 50)), "compile_ms_p99": float(np.percentile(cm, 99)),
              "mask_us_p50": float(np.percentile(mu, 50)), "mask_us_p99": float(np.percentile(mu, 99)),
+             "mask_cpu_us_p50": float(np.percentile(cu, 50)), "mask_cpu_us_p99": float(np.percentile(cu, 99)),
              "masks": len(s["mask_us"])}
         out["engines"][e] = {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}
         print(f"{e:11s} compiled {100 * r['compiled_rate']:.1f}%  accepted {100 * r['accepted_rate']:.1f}%  "
               f"rejected {100 * r['rejected_rate']:.1f}% (mask alone {100 * r['rejected_by_mask_rate']:.1f}%)  "
               f"unsound {r['unsound'] if e == 'recipe' else 'n/a'}  compile ms p50 {r['compile_ms_p50']:.1f} "
-              f"p99 {r['compile_ms_p99']:.1f}  mask µs p50 {r['mask_us_p50']:.1f} p99 {r['mask_us_p99']:.1f}")
+              f"p99 {r['compile_ms_p99']:.1f}  mask µs p50 {r['mask_us_p50']:.1f} p99 {r['mask_us_p99']:.1f} (CPU "
+              f"{r['mask_cpu_us_p50']:.1f} / {r['mask_cpu_us_p99']:.1f})")
         if args.states and s["mask_us"]:
             print_states(s["mask_us"], s["states"], s["index"])
     if "recipe" in engines:
@@ -280,6 +299,8 @@ def main() -> None:
             "oracle_errors": first.oracle_errors, "block_after_site": block_distribution(first.block_after_site)}
         print(f"first invalid character (recipe): {out['first_invalid_character']}")
         unsound_cases += first.failures
+        out["post_caught"] = dict(post_caught.most_common())
+        print(f"post-check caught (recipe), failing keywords: {out['post_caught']}")
     for x in unsound_cases[:50]:
         print("  " + x)
     if args.json:
