@@ -23,6 +23,9 @@ MASK_KEYWORDS = frozenset({
     "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "allOf", "oneOf", "$ref", "format",
     "minProperties", "maxProperties",
 })
+# `format` values the default backend's mask asserts; any other is refused by a strict compile
+# (`tests/constraints/test_limits.py` probes the backend for each)
+MASK_FORMATS = frozenset({"date", "time", "date-time", "duration", "email", "hostname", "ipv4", "ipv6", "uri", "uuid"})
 OBJECT_KEYS = ("generated in schema order: the order of `properties` (own, then `$ref`'d, `allOf`, then the "
                "matching `anyOf`/`oneOf` branch's), then keys the schema does not list; a valid document with "
                "its keys in another order is not what the mask produces")
@@ -42,21 +45,37 @@ _SCHEMA_ONE = ("additionalProperties", "items", "contains", "propertyNames", "un
                "unevaluatedItems", "not", "if", "then", "else", "contentSchema")
 
 
-def keywords(schema: Any) -> Iterator[str]:
-    """Every keyword used anywhere in a schema (schema positions only; names and values skipped)."""
+def schema_nodes(schema: Any) -> Iterator[dict[str, Any]]:
+    """Every subschema object of a schema (schema positions only; names and values skipped)."""
     stack = [schema]
     while stack:
         s = stack.pop()
         if not isinstance(s, dict):
             continue
+        yield s
         for k, v in s.items():
-            yield k
             if k in _SCHEMA_MAPS and isinstance(v, dict):
                 stack.extend(v.values())
             elif k in _SCHEMA_LISTS and isinstance(v, list):
                 stack.extend(v)
             elif k in _SCHEMA_ONE:
                 stack.append(v)
+
+
+def keywords(schema: Any) -> Iterator[str]:
+    """Every keyword used anywhere in a schema (schema positions only; names and values skipped)."""
+    for s in schema_nodes(schema):
+        yield from s
+
+
+def unchecked_formats(schema: Any, dialect: Any = None) -> list[str]:
+    """The `format` values in `schema` that neither the mask (`MASK_FORMATS`) nor the post-check asserts
+    (`jsonschema`'s format checker for the draft of `dialect`, default `schema`, has no checker for them:
+    e.g. `uri-reference` without the optional `rfc3987` package)."""
+    cls = jsonschema.validators.validator_for(schema if dialect is None else dialect,
+                                              default=jsonschema.Draft202012Validator)
+    checked = MASK_FORMATS | set(cls.FORMAT_CHECKER.checkers)
+    return sorted({s["format"] for s in schema_nodes(schema) if isinstance(s.get("format"), str)} - checked)
 
 
 @dataclass(frozen=True)
@@ -92,6 +111,9 @@ class SchemaReport:
             parts.append("not enforceable by the token mask: " + ", ".join(self.post))
         if self.unsupported:
             parts.append("unsupported: " + ", ".join(self.unsupported))
+        if self.details.get("unchecked_formats"):
+            parts.append("neither the mask nor the post-check asserts the format " +
+                         ", ".join(self.details["unchecked_formats"]))
         if self.backend_message and not parts:
             parts.append(self.backend_message)
         return "schema cannot be enforced exactly (" + "; ".join(parts) + "); use strict=False to constrain "\
@@ -128,6 +150,10 @@ def build_report(original: Any, norm: Normalized, strict_error: str | None) -> S
             exact.append(k)
         else:
             post.append(k)
+    unchecked = unchecked_formats(norm.schema, original) if "format" in post else []
+    if unchecked:  # a post-check that asserts nothing is no check: say so
+        post.remove("format")
+        unsupported.append("format")
     if strict_error is not None and not post and not unsupported:
         # the backend refused for a reason no keyword name explains (e.g. oneOf overlap): be conservative
         post = [k for k in exact if k in remaining and k not in ("type", "properties", "required")] or exact
@@ -140,7 +166,8 @@ def build_report(original: Any, norm: Normalized, strict_error: str | None) -> S
         annotations=annotations,
         rewritten=tuple(sorted(norm.rewritten)),
         backend_message=strict_error or "",
-        details={"unresolved_refs": list(norm.unresolved_refs), "recursive": norm.recursive},
+        details={"unresolved_refs": list(norm.unresolved_refs), "recursive": norm.recursive,
+                 "unchecked_formats": unchecked},
     )
 
 
