@@ -5,7 +5,9 @@
 
 * tuple `items: [...]` + `additionalItems` (≤ 2019-09) → `prefixItems` + `items`;
 * `dependencies` (≤ 07) → `dependentRequired` (name lists) and `dependentSchemas` (schemas);
-* boolean `exclusiveMinimum`/`exclusiveMaximum` (04) → the numeric form.
+* boolean `exclusiveMinimum`/`exclusiveMaximum` (04) → the numeric form;
+* a `format` a later draft defined (`uuid` and `duration` before 2019-09, `date` and `time` in 04/06) is
+  dropped: in this draft it is an unknown format, which asserts nothing (nor does `jsonschema` check it).
 
 `KEYWORDS` are the draft 2020-12 keywords that constrain instances; anything else in a schema object
 (titles, descriptions, editor extensions such as `markdownDescription`) asserts nothing and is dropped.
@@ -29,6 +31,9 @@ ASSERTIONS = frozenset({
     "maxProperties", "minProperties", "required", "dependentRequired", "format",
 })
 KEYWORDS = SCHEMA_MAPS | SCHEMA_LISTS | SCHEMA_ONE | ASSERTIONS | {"$ref"}
+# format names a draft does not define among those the mask asserts (draft 03 had its own `date` and `time`)
+_LATER_FORMATS = {3: frozenset({"duration", "uuid"}), 4: frozenset({"date", "time", "duration", "uuid"}),
+                  6: frozenset({"date", "time", "duration", "uuid"}), 7: frozenset({"duration", "uuid"})}
 # keywords of some draft that assert something but that the bundled form cannot carry
 NOT_CARRIED = frozenset({"$recursiveRef", "$dynamicRef", "disallow", "extends", "divisibleBy"})
 
@@ -68,4 +73,6 @@ def upgrade(node: dict[str, Any], draft: int) -> dict[str, Any]:
     for excl, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
         if isinstance(out.get(excl), bool) and out.pop(excl) and bound in out:
             out[excl] = out.pop(bound)
+    if out.get("format") in _LATER_FORMATS.get(draft, ()):
+        out.pop("format")
     return out

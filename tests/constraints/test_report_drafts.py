@@ -20,3 +20,18 @@ def test_upgraded_keywords_are_reported_by_what_enforces_them(tok) -> None:
     assert not check_value(c, {"a": 1}, tok).accepted  # dependencies: `a` needs `b`
     assert not check_value(c, {"t": ["x", "y"]}, tok).accepted  # additionalItems: false
     assert check_text(c, '{"t":["x"],"b":2,"a":1}', tok).accepted  # the order the mask generates
+
+
+def test_a_format_a_later_draft_defined_asserts_nothing(tok) -> None:
+    """`uuid` is a format from 2019-09 on and `date` from 07: earlier, an unknown name that asserts nothing
+    (`jsonschema` agrees), so the mask must not refuse what it would refuse from those drafts on."""
+    from recipe.constraints.report import validate_value
+
+    for draft, fmt, text in (("draft-07", "uuid", '"not-a-uuid"'), ("draft-04", "date", '"soon"')):
+        old = {"$schema": f"http://json-schema.org/{draft}/schema#", "type": "string", "format": fmt}
+        new = {"type": "string", "format": fmt}
+        assert not validate_value(old, text.strip('"')) and validate_value(new, text.strip('"'))
+        c = compile_constraint("json_schema", old, tok, strict=True, cache=None)
+        assert c.report is not None and c.report.enforced_exactly
+        assert check_text(c, text, tok).accepted
+        assert not check_text(compile_constraint("json_schema", new, tok, cache=None), text, tok).accepted
