@@ -23,12 +23,13 @@ from recipe.engine.kv_cache import BlockStore
 from recipe.engine.kv_connector.base import KVConnector
 from recipe.engine.kv_kinds import TIERS_NEED_SESSIONS, MultiKindBlockManager
 from recipe.engine.kv_manager import KVManager, build_kv_manager
-from recipe.engine.model_runner import ModelRunner, StepResult, kv_cache_blocks
+from recipe.engine.model_runner import ModelRunner, kv_cache_blocks
 from recipe.engine.outputs import RequestOutput, RequestTiming
 from recipe.engine.prompt_check import check_prompt
 from recipe.engine.sampling_params import SamplingParams
 from recipe.engine.scheduler import Scheduler, SchedulerOutput
 from recipe.engine.sequence import Sequence, SequenceStatus
+from recipe.engine.step import PreparedStep, StepObserver, StepResult
 
 
 def load(model: Any, dtype: Any, device: Any, weight_format: str = "dtype") -> tuple[Any, Any]:
@@ -115,6 +116,8 @@ class LLMEngine:
                 cfg, model=self.model, runner=self.runner, block_manager=self.block_manager,
                 run_on_model_thread=lambda fn: self._executor.submit(fn).result(),  # type: ignore[union-attr]
                 max_model_len=self.max_model_len, vocab_size=self.vocab_size)
+        # read each step on the model thread before the next one runs (the drafter, through the speculator)
+        self.step_observers: list[StepObserver] = [] if self.speculator is None else [self.speculator]
         # Speculation drafts from each sequence's last token and the next step's positions depend on how many
         # drafts a verify step accepts: a verify step runs alone (no overlap), and a step that drafts first waits
         # for the step in flight. Steps that draft nothing overlap as without speculation (`speculative_async`;
@@ -198,15 +201,25 @@ class LLMEngine:
         if not self.async_scheduling or (spec is not None and any(s.draft_ids for s in sched.scheduled)):
             outputs += self.drain()  # a verify step runs alone: the next step depends on what it accepts
             if sched:
-                result = self._executor.submit(self.runner.execute, self.runner.prepare(sched)).result()
+                result = self._executor.submit(self._execute, self.runner.prepare(sched)).result()
                 outputs += self._postprocess(sched, result)
             return outputs
         if sched:
-            self._inflight.append((sched, self._executor.submit(self.runner.execute, self.runner.prepare(sched))))
+            self._inflight.append((sched, self._executor.submit(self._execute, self.runner.prepare(sched))))
         if len(self._inflight) > 1 or (self._inflight and not sched):
             done, future = self._inflight.popleft()
             outputs += self._postprocess(done, future.result())
         return outputs
+
+    def _execute(self, step: PreparedStep) -> StepResult:
+        """One step on the model thread, then its observers; their time counts as the step's."""
+        result = self.runner.execute(step)
+        if self.step_observers:
+            for observer in self.step_observers:
+                observer.after_step(step, result)
+            devices.synchronize(self.device)
+            result.end_time = time.perf_counter()
+        return result
 
     def _postprocess(self, sched: SchedulerOutput, result: StepResult) -> list[RequestOutput]:
         self.steps += 1

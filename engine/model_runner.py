@@ -9,7 +9,6 @@ for the host to post-process its predecessor.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -85,13 +84,7 @@ class ModelRunner:
                                                               else None)
         self.sampler = Sampler(device)
         self._prev: dict[int, int] = {}  # seq_id -> token sampled by the previous executed step
-        # a drafter that reads the target's hidden states (engine/speculative/head_drafter.py): seq_id -> the
-        # final hidden state of the position whose logits gave the sequence's last token
-        self.hidden_sink: dict[int, torch.Tensor] | None = None
         self.step_threads: StepThreads | None = None  # intra-op threads per step size (engine/step_threads.py)
-        # run on the model thread after each step, with (step, its filled input ids, result): the MTP drafter's
-        # catch-up (engine/speculative/mtp_drafter.py); its time counts as the step's
-        self.step_hook: Callable[[PreparedStep, np.ndarray, StepResult], None] | None = None
 
     def prepare(self, sched: SchedulerOutput) -> PreparedStep:
         bs = self.block_size
@@ -195,10 +188,7 @@ class ModelRunner:
         finally:
             reset_context()
         result = self._sample(step, hidden, start)
-        if self.step_hook is not None:
-            self.step_hook(step, input_ids, result)
-            devices.synchronize(dev)
-            result.end_time = time.perf_counter()
+        result.input_ids = input_ids
         return result
 
     def _sample(self, step: PreparedStep, hidden: torch.Tensor, start: float) -> StepResult:
@@ -208,9 +198,9 @@ class ModelRunner:
             return StepResult([], [], [], start, time.perf_counter(), [])
         if any(step.draft_ids):
             return verify_step(self, step, hidden, start)
-        if self.hidden_sink is not None:
-            self.hidden_sink.update(zip(step.sample_seq_ids, hidden[step.sample_rows].clone().unbind(0), strict=True))
-        logits = self.model.compute_logits(hidden[torch.tensor(step.sample_rows, device=dev)])
+        # a copy (StepResult.hidden keeps it): the next forward may reuse `hidden`'s memory
+        rows_hidden = hidden[torch.tensor(step.sample_rows, device=dev)]
+        logits = self.model.compute_logits(rows_hidden)
         bitmask, dead_end = self._bitmask(step.matchers, logits.shape[1])
         out: SamplerOutput = self.sampler(logits, step.rows, bitmask)
         terminated = [False] * len(step.rows)
@@ -222,7 +212,8 @@ class ModelRunner:
             else:
                 terminated[i] = bool(matcher.is_terminated())
         self._prev = dict(zip(step.sample_seq_ids, out.token_ids, strict=True))
-        return StepResult(out.token_ids, out.logprobs, terminated, start, time.perf_counter(), dead_end)
+        return StepResult(out.token_ids, out.logprobs, terminated, start, time.perf_counter(), dead_end,
+                          hidden=rows_hidden)
 
     @staticmethod
     def _bitmask(matchers: list[Any], vocab_size: int) -> tuple[torch.Tensor | None, list[bool]]:

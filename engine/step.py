@@ -1,15 +1,19 @@
 """The data of one model step: what `ModelRunner.prepare` copies for it (`PreparedStep`) and what `execute`
 returns (`StepResult`). A leaf: the runner, the speculative verifier and the start-up probes all build or
-read these, so none of them imports another for the types."""
+read these, so none of them imports another for the types. What a drafter learns from a step it reads here
+(`Drafter.after_step(step, result)`), not from the runner."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from recipe.engine.sampler import SamplingRow
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -47,3 +51,13 @@ class StepResult:
     emitted: list[list[int]] | None = None
     emitted_logprobs: list[list[Any]] | None = None
     num_accepted: list[int] | None = None
+    input_ids: np.ndarray | None = None  # the inputs forward ran on: the step's, placeholders filled
+    # per row: the final hidden state of the position whose logits gave the row's last emitted token
+    hidden: torch.Tensor | None = None
+
+
+class StepObserver(Protocol):
+    """What reads each step after it ran, on the model thread, before the next step starts (the speculator's
+    drafter; a tool that logs hidden states)."""
+
+    def after_step(self, step: PreparedStep, result: StepResult) -> None: ...

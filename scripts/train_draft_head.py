@@ -6,7 +6,7 @@
 1. Corpus, built here: chat questions (60 subjects, each asked five ways, and `--chat-prompts` more drawn from
    `draft_head_subjects.txt` under ten phrasings: most of the corpus, as chat is most of the traffic), code-rewrite
    requests over this repository's tests/ files (the benchmark uses the other folders), and JSON requests; SmolLM2
-   answers each greedily (the engine, no speculation), and the engine's `hidden_sink` keeps the final hidden state
+   answers each greedily (the engine, no speculation), and a step observer (`HiddenLog`) keeps the final hidden state
    behind every answer token as it is computed, so the training pairs need no second pass over the text.
 2. Training pairs at answer positions (where the engine drafts): the head learns (h_t, embedding of x_{t+1}) ->
    h_{t+1}: smooth L1 on the state, plus (`--distill`) the cross-entropy of the draft vocabulary's LM-head scores
@@ -83,11 +83,13 @@ def corpus(limit_code: int, extra_chat: int) -> list[tuple[str, str]]:
 
 
 class HiddenLog(dict):  # type: ignore[type-arg]
-    """A model runner's `hidden_sink` that keeps every hidden state it is given, per sequence, in step order."""
+    """An engine step observer that keeps every step's hidden state behind each sampled token (`StepResult.hidden`),
+    per sequence, in step order."""
 
-    def update(self, pairs: Any) -> None:  # type: ignore[override]
-        for seq_id, hidden in pairs:
-            self.setdefault(seq_id, []).append(hidden)
+    def after_step(self, step: Any, result: Any) -> None:
+        if result.hidden is not None:
+            for seq_id, hidden in zip(step.sample_seq_ids, result.hidden.unbind(0), strict=True):
+                self.setdefault(seq_id, []).append(hidden)
 
 
 def head_loss(pred: torch.Tensor, true: torch.Tensor, rows: torch.Tensor, distill: float) -> torch.Tensor:
@@ -106,9 +108,9 @@ def build_corpus(llm: LLM, args: argparse.Namespace) -> dict[str, Any]:
     kinds, texts = zip(*corpus(args.code_files, args.chat_prompts), strict=True)
     prompts = [llm.encode(p) for p in texts]
     sink = HiddenLog()
-    llm.engine.runner.hidden_sink = sink
+    llm.engine.step_observers.append(sink)
     outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=args.tokens))
-    llm.engine.runner.hidden_sink = None
+    llm.engine.step_observers.remove(sink)
     answers = [list(o.new_token_ids) for o in outs]
     print(f"corpus: {len(prompts)} sequences, {sum(map(len, answers))} answer tokens, greedy in {time.perf_counter() - t0:.0f} s",
           flush=True)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["Draft", "Drafter", "NgramDrafter", "SpecMetrics", "Speculator", "StepCost", "build_speculator"]
 
 
-def make_drafter(method: str, max_draft: int, model: Any, model_name: str, runner: Any,
+def make_drafter(method: str, max_draft: int, model: Any, model_name: str, *, block_size: int, batched: bool,
                  full_vocab: bool = False, offline_weight: float | None = None, ngram_extend: bool = True,
                  ngram_match_buckets: bool = True, head_weights: str = "fp32") -> Drafter:
     if method == "ngram":
@@ -27,14 +27,12 @@ def make_drafter(method: str, max_draft: int, model: Any, model_name: str, runne
     if method == "draft-head":
         from recipe.engine.speculative.head_drafter import load_head_drafter
 
-        drafter = load_head_drafter(model, model_name, next(model.parameters()).dtype, full_vocab=full_vocab,
-                                    offline_weight=offline_weight, q8_0=head_weights == "q8_0")
-        runner.hidden_sink = drafter.hidden
-        return drafter
+        return load_head_drafter(model, model_name, next(model.parameters()).dtype, full_vocab=full_vocab,
+                                 offline_weight=offline_weight, q8_0=head_weights == "q8_0")
     if method == "mtp":
         from recipe.engine.speculative.mtp_drafter import load_mtp_drafter
 
-        return load_mtp_drafter(model, runner)
+        return load_mtp_drafter(model, block_size=block_size, batched=batched)
     raise ValueError(f"speculative={method!r} is not available for this model")
 
 
@@ -46,7 +44,8 @@ def build_speculator(config: EngineConfig, *, model: Any, runner: Any, run_on_mo
         raise ValueError("build_speculator needs a drafter (EngineConfig.spec.speculative)")
     k = spec.num_speculative_tokens
     max_draft = AUTO_MAX_DRAFT if k == "auto" else int(k)
-    drafter = make_drafter(spec.speculative, max_draft, model, config.checkpoint.model, runner,
+    drafter = make_drafter(spec.speculative, max_draft, model, config.checkpoint.model, block_size=runner.block_size,
+                           batched=runner.attention_backend == "batched",
                            full_vocab=spec.speculative_draft_vocab == "full",
                            offline_weight=spec.speculative_offline_weight,
                            ngram_extend=spec.speculative_ngram_extend,
@@ -60,7 +59,8 @@ def build_speculator(config: EngineConfig, *, model: Any, runner: Any, run_on_mo
             from recipe.engine.speculative.profile import profile_step_cost
 
             cost = run_on_model_thread(lambda: profile_step_cost(
-                runner, max_seqs=min(config.scheduler.max_num_seqs, 8), max_query=max_draft + 1,
+                runner, after_step=drafter.after_step, max_seqs=min(config.scheduler.max_num_seqs, 8),
+                max_query=max_draft + 1,
                 grid=spec.speculative_cost_fit != "plane", convex=spec.speculative_cost_fit == "convex"))
         cost.learn_cells, cost.fit_cells = spec.speculative_cost_cells, spec.speculative_cost_cells_fit
     return Speculator(drafter, k, block_manager=block_manager, max_model_len=max_model_len,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from recipe.engine.sequence import Sequence
+from recipe.engine.step import PreparedStep, StepResult
 
 
 @dataclass
@@ -30,9 +31,17 @@ class Draft:
 
 
 class Drafter(Protocol):
-    """Proposes up to `max_lens[i]` tokens for each sequence (fewer, or none, is always allowed)."""
+    """Proposes up to `max_lens[i]` tokens for each sequence (fewer, or none, is always allowed).
+
+    `after_step` runs on the model thread right after every step, before the next one starts (its time counts
+    as the step's); `propose` runs on the scheduling thread with no step in flight for the sequences it drafts.
+    """
 
     def propose(self, seqs: list[Sequence], max_lens: list[int]) -> list[Draft]: ...
+
+    def after_step(self, step: PreparedStep, result: StepResult) -> None:
+        """What the step computed that the drafter keeps (hidden states, its own KV rows); nothing for most."""
+        ...
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
         """Verification's verdict on a proposal: the first `num_accepted` of its tokens were accepted."""

@@ -1,7 +1,7 @@
 """Drafting with a learned head (`draft_head.py`) chained on the target's last hidden state.
 
-The model runner leaves, for every sequence it sampled, the hidden state of the position whose logits gave
-the sequence's last token (`hidden` here, filled through `ModelRunner.hidden_sink`). Confidences: the
+Each step's result carries, for every sequence it sampled, the hidden state of the position whose logits gave
+the sequence's last token (`StepResult.hidden`); `after_step` keeps it per sequence (`hidden` here). Confidences: the
 head's probability of its own token, calibrated per (probability bin, position) by acceptance counts of
 verified drafts, starting from the counts measured on held-out text by the training script.
 """
@@ -18,6 +18,7 @@ from recipe.engine.speculative.chain_budget import ChainBudget, chain_on
 from recipe.engine.speculative.draft_head import DraftHead, DraftProjection, quantized
 from recipe.engine.speculative.drafter import Draft
 from recipe.engine.speculative.native_draft_head import NativeDraftHead
+from recipe.engine.step import PreparedStep, StepResult
 from torch import nn
 from torch.nn import functional as F
 
@@ -52,6 +53,10 @@ class DraftHeadDrafter:
         # set by "auto" with the drafter's time priced: the chain goes on only while its next position pays for
         # itself (drafting and verifying it against the step's expected rate); it then replaces `min_survival`
         self.chain: ChainBudget | None = None
+
+    def after_step(self, step: PreparedStep, result: StepResult) -> None:
+        if result.hidden is not None:
+            self.hidden.update(zip(step.sample_seq_ids, result.hidden.unbind(0), strict=True))
 
     @torch.inference_mode()
     def propose(self, seqs: list[Sequence], max_lens: list[int]) -> list[Draft]:

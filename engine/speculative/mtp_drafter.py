@@ -1,6 +1,6 @@
 """Drafting with DeepSeek-V4's multi-token-prediction layer (`models/deepseek_v4_mtp.py` states its contract).
 
-Catch-up (`catch_up`, the runner's `step_hook`, on the model thread right after each step): the MTP layer runs,
+Catch-up (`after_step`, on the model thread right after each step): the MTP layer runs,
 in one call, over every position of the step whose next token is now known (a prefill chunk's positions, and
 of a sampled span those up to the last one whose next token was emitted: a verify row's last known token and
 its accepted drafts) with the step's final streams (`last_streams`) and those next tokens. So the MTP layer's
@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from recipe.engine.layers.v4_attention import SLIDING
 from recipe.engine.layers.v4_kv import REPLAY_BOUNDS, PagedRows, V4Plan, V4Span
@@ -38,6 +37,7 @@ from recipe.engine.sequence import Sequence
 from recipe.engine.speculative.calibration import BinCalibration
 from recipe.engine.speculative.chain_budget import ChainBudget, chain_on
 from recipe.engine.speculative.drafter import Draft
+from recipe.engine.step import PreparedStep, StepResult
 
 
 @dataclass
@@ -63,12 +63,13 @@ class MTPDrafter:
 
     # ----- catch-up (model thread) ------------------------------------------------------------------------
     @torch.inference_mode()
-    def catch_up(self, step: Any, input_ids: np.ndarray, result: Any) -> None:
+    def after_step(self, step: PreparedStep, result: StepResult) -> None:
         """Write the MTP rows of the step's positions whose next token is known; keep each sampled sequence's
         first draft."""
         streams = self.model.last_streams
-        if streams is None:
+        if streams is None or result.input_ids is None:
             return
+        input_ids = result.input_ids
         dev = streams.device
         tables = {k: torch.from_numpy(t).to(dev) for k, t in (step.kind_tables or {}).items() if k != REPLAY_BOUNDS}
         bounds = None if step.kind_tables is None or REPLAY_BOUNDS not in step.kind_tables else \
@@ -207,8 +208,9 @@ class MTPDrafter:
         self.calibration.observe(draft, num_accepted)
 
 
-def load_mtp_drafter(model: Any, runner: Any) -> MTPDrafter:
-    """The drafter over `model`'s first MTP layer, fed by `runner`'s steps (ValueError when it has none)."""
+def load_mtp_drafter(model: Any, *, block_size: int, batched: bool) -> MTPDrafter:
+    """The drafter over `model`'s first MTP layer (ValueError when it has none); `batched`: the runner's
+    attention backend is "batched"."""
     layers = getattr(model, "mtp", None)
     if not layers:
         raise ValueError(
@@ -219,6 +221,4 @@ def load_mtp_drafter(model: Any, runner: Any) -> MTPDrafter:
     if kind != SLIDING:
         raise ValueError(f"speculative='mtp' drafts with a sliding-window MTP layer (as DeepSeek-V4 ships it); "
                          f"this checkpoint's is {kind!r}")
-    drafter = MTPDrafter(model, block_size=runner.block_size, batched=runner.attention_backend == "batched")
-    runner.step_hook = drafter.catch_up
-    return drafter
+    return MTPDrafter(model, block_size=block_size, batched=batched)

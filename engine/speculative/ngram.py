@@ -17,6 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from recipe.engine.sequence import Sequence
 from recipe.engine.speculative.calibration import AcceptanceTable
 from recipe.engine.speculative.drafter import Draft
+from recipe.engine.step import PreparedStep, StepResult
 
 MATCH_CAP = 32  # how far back `lookup` follows a match
 
@@ -82,6 +83,9 @@ class NgramDrafter:
             key = match_bucket(n, matched) if self.match_buckets else n
             out.append(Draft(ids, self.table.confidences(key, len(ids)), key=key))
         return out
+
+    def after_step(self, step: PreparedStep, result: StepResult) -> None:
+        """Nothing: prompt lookup reads only the sequences' tokens."""
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
         self.table.record(draft.key, len(draft.token_ids), num_accepted)

@@ -9,14 +9,17 @@ keeps.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from recipe.engine.probe_step import probe_step
 from recipe.engine.speculative.cost_model import StepCost
+from recipe.engine.step import PreparedStep, StepResult
 
 
-def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: int = 64,
-                      repeats: int = 3, grid: bool = True, convex: bool = True) -> StepCost:
+def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: int = 64, repeats: int = 3,
+                      grid: bool = True, convex: bool = True,
+                      after_step: Callable[[PreparedStep, StepResult], None] | None = None) -> StepCost:
     """Fit `StepCost` to the fastest of `repeats` runs per grid point (after a warm-up pass), the grid run in
     `repeats` passes.
 
@@ -25,7 +28,7 @@ def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: in
     machine the slower ones time other processes. One sequence is measured at every query length up to 7 (a
     few rows may cost about one, and the linear backend changes path at 4 and 7 rows); `grid`: `StepCost`
     interpolates the measurements (else a least-squares plane), `convex` fitted convex in tokens (else
-    non-decreasing)."""
+    non-decreasing). `after_step`: the drafter's, timed with each step as the engine runs it."""
     bs = runner.block_size
     context = max(0, min(context, runner.num_blocks * bs - max_query))  # a small pool: a shorter context
     per_seq = -(-(context + max_query) // bs)
@@ -35,12 +38,17 @@ def profile_step_cost(runner: Any, *, max_seqs: int, max_query: int, context: in
     query_grid = {1: sorted({*range(1, min(max_query, 7) + 1), max_query})}
     wide = sorted({q for q in (1, 2, 3, 5, max_query) if q <= max_query})
     steps = {(b, q): probe_step(runner, b, q, context) for b in seq_grid for q in query_grid.get(b, wide)}
+    def run(step: PreparedStep) -> None:
+        result = runner.execute(step)
+        if after_step is not None:
+            after_step(step, result)
+
     for step in steps.values():
-        runner.execute(step)  # warm-up
+        run(step)  # warm-up
     best = dict.fromkeys(steps, float("inf"))
     for _ in range(repeats):  # whole passes over the grid: a burst of load slows one run of many points, not
         for key, step in steps.items():  # every run of a few
             t0 = time.perf_counter()
-            runner.execute(step)
+            run(step)
             best[key] = min(best[key], time.perf_counter() - t0)
     return StepCost.fit([(b, b * q, t) for (b, q), t in best.items()], grid=grid, convex=convex)

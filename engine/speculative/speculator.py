@@ -24,6 +24,7 @@ from recipe.engine.speculative.hit_rate import HitRate
 from recipe.engine.speculative.length_policy import choose_lengths
 from recipe.engine.speculative.metrics import SpecMetrics
 from recipe.engine.speculative.verdicts import PendingVerdicts
+from recipe.engine.step import PreparedStep, StepResult
 
 AUTO_MAX_DRAFT = 8  # the longest draft "auto" considers
 PROBE_EVERY = 8  # "auto" with drafting paused still drafts every PROBE_EVERY-th step, to keep measuring it
@@ -67,6 +68,10 @@ class Speculator:
         self._auto_steps = 0
         self._paused = False  # `may_draft`'s verdict: "auto" drafts for no sequence this step
         self._min_survival = 0.0  # "auto": the break-even survival of one more draft token this step
+
+    def after_step(self, step: PreparedStep, result: StepResult) -> None:
+        """The drafter's look at the step that just ran (model thread)."""
+        self.drafter.after_step(step, result)
 
     @property
     def first_hit_rate(self) -> float:

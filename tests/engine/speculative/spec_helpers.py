@@ -7,6 +7,7 @@ import random
 import tempfile
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from recipe.engine import LLM
 from recipe.engine.sequence import Sequence
@@ -58,6 +59,9 @@ class OracleDrafter:
                 ids.append(tok)
             out.append(Draft(draft, [0.9] * len(draft)))
         return out
+
+    def after_step(self, step: Any, result: Any) -> None:
+        pass  # reads only the sequences' tokens
 
     def observe(self, draft: Draft, num_accepted: int) -> None:
         self.observed.append((draft.token_ids, num_accepted))

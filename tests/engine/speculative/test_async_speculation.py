@@ -34,6 +34,10 @@ class PhasedDrafter:
         self.calls += 1
         return (self.good if self.calls % self.cycle < self.good_calls else self.bad).propose(seqs, max_lens)
 
+    def after_step(self, step: Any, result: Any) -> None:
+        self.good.after_step(step, result)
+        self.bad.after_step(step, result)
+
     def observe(self, draft: Draft, num_accepted: int) -> None:
         self.observed += 1
 

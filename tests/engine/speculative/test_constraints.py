@@ -95,6 +95,9 @@ class ConstrainedOracle:
             out.append(Draft(draft, [0.9] * len(draft)))
         return out
 
+    def after_step(self, step: Any, result: Any) -> None:
+        pass  # reads only the sequences' tokens
+
     def observe(self, draft: Draft, num_accepted: int) -> None:
         pass
 

@@ -40,7 +40,6 @@ def test_draft_head_greedy_output_equals_no_speculation_and_sees_the_right_hidde
     assert any(isinstance(m, Q8_0Linear) for m in drafter.head.modules()) == q8_0
     assert (drafter.project.linear is not None) == q8_0
     use_drafter(llm, drafter)
-    llm.engine.runner.hidden_sink = drafter.hidden
     step, checked = llm.engine.step, []
 
     def step_then_check():  # type: ignore[no-untyped-def]
@@ -140,7 +139,6 @@ def test_a_reduced_draft_vocabulary_drafts_only_its_tokens_and_changes_no_output
     drafter.propose = recording  # type: ignore[method-assign]
     llm = make_llm(MODEL, speculative="ngram", num_speculative_tokens=3, num_kv_blocks=40)
     use_drafter(llm, drafter)
-    llm.engine.runner.hidden_sink = drafter.hidden
     got = llm.generate(prompts, params)
     assert [o.new_token_ids for o in got] == [o.new_token_ids for o in expected]
     assert len(proposed) > 20
@@ -176,13 +174,13 @@ def load_training_script() -> Any:
 
 
 def test_the_training_scripts_hidden_log_keeps_the_state_behind_every_answer_token() -> None:
-    """scripts/train_draft_head.py trains on the hidden states the engine's sink saw while generating (asynchronous
+    """scripts/train_draft_head.py trains on the hidden states the engine's steps gave its observer while generating (asynchronous
     steps, batched prefill in small chunks): the first len(answer) of a sequence's must each give its answer token."""
     script = load_training_script()
     prompts = repetitive_prompts(6, 43)
     llm = make_llm(MODEL, max_num_batched_tokens=16)
     log = script.HiddenLog()
-    llm.engine.runner.hidden_sink = log
+    llm.engine.step_observers.append(log)
     answers = [list(o.new_token_ids) for o in llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=20))]
     assert len(log) == len(prompts)
     for seq_id, answer in zip(sorted(log), answers, strict=True):

@@ -139,7 +139,6 @@ def test_a_priced_drafter_chains_fewer_positions_and_changes_no_output(price: bo
     propose = drafter.propose
     drafter.propose = lambda seqs, max_lens: rooms.append(max(max_lens)) or propose(seqs, max_lens)  # type: ignore[method-assign]
     use_drafter(llm, drafter)
-    llm.engine.runner.hidden_sink = drafter.hidden
     spec = llm.engine.speculator
     spec.draft_cost.overall = 0.3  # seconds per chained position, every batch size
     spec.draft_cost.by_rows = dict.fromkeys(range(1, len(prompts) + 1), 0.3)

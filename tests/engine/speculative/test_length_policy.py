@@ -69,6 +69,9 @@ def test_auto_pauses_a_drafter_whose_first_tokens_miss() -> None:
             return [Draft([(int(model.full_logits(list(s.token_ids))[-1].argmax()) + 1) % VOCAB] * n, [0.95] * n)
                     for s, n in zip(seqs, max_lens, strict=True)]
 
+        def after_step(self, step, result):  # type: ignore[no-untyped-def]
+            pass
+
         def observe(self, draft, num_accepted):  # type: ignore[no-untyped-def]
             pass
 

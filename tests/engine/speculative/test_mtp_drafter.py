@@ -88,6 +88,9 @@ class Recorder:
             out.append(Draft(ids, [0.9] * len(ids)))
         return out
 
+    def after_step(self, step: Any, result: Any) -> None:
+        self.inner.after_step(step, result)  # the catch-up writes the MTP rows every later proposal reads
+
     def observe(self, draft: Draft, num_accepted: int) -> None:
         pass
 
