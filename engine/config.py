@@ -22,6 +22,14 @@ def is_gguf_checkpoint(model: str) -> bool:
     return model == "smollm2" or model.endswith(".gguf")
 
 
+def option(default: Any, help: str, **flag: Any) -> Any:
+    """A config field with its one-line help: what it does and why its default (the text of `recipe serve --help`
+    and docs/flags.md). `flag` says how `recipe serve` spells it, read by `recipe.server.engine_flags`: `flag`
+    (the option string; None: no flag), `metavar`, `choices`, `parse` (the value's parser by name), `repeat`
+    (the flag repeats into a list), `serve_default` (the value `recipe serve` passes when the flag is unset)."""
+    return field(default=default, metadata={"help": help, **flag})
+
+
 def _check(checks: list[tuple[bool, str]]) -> None:
     for ok, message in checks:
         if not ok:
@@ -32,10 +40,14 @@ def _check(checks: list[tuple[bool, str]]) -> None:
 class CheckpointConfig:
     """Which model runs, in what dtype, on which device, and how long a sequence may grow."""
 
-    model: str = "smollm2"  # a checkpoint path or name; the embedded demo model needs no download
-    dtype: str = "float32"  # weights and KV dtype; fp32 is exact on the CPU, where half types are slow
-    device: str = "cpu"  # where the model runs; the CPU is always there
-    max_model_len: int | None = None  # most tokens per sequence; None: the model's own context length
+    model: str = option("smollm2", "checkpoint to serve: a .gguf file, a Hugging Face folder, or smollm2, "
+                                   "the embedded SmolLM2-135M-Instruct demo model (no download)",
+                                   metavar="NAME|PATH")
+    dtype: str = option("float32", "weights and KV cache dtype: float32, bfloat16 or float16; float32 is "
+                                   "exact on the CPU, where half types are slow", metavar="DTYPE")
+    device: str = option("cpu", "where the model runs; the CPU is always there", flag=None)
+    max_model_len: int | None = option(None, "most tokens (prompt + output) per sequence; unset: the model's "
+                                             "own context length", metavar="N")
 
     def __post_init__(self) -> None:
         _check([(self.max_model_len is None or self.max_model_len >= 1, "max_model_len must be >= 1")])
@@ -49,18 +61,35 @@ class KernelConfig:
     file's own blocks, native attention and norm, the fused decode step) unless `exact` asks for the reference.
     """
 
-    # "dtype" | "int8" | "int4" | "q8_0" | "q4_1" | "gguf" | "gguf_q8"; "auto": a GGUF file's own blocks, else dtype
-    weight_format: str = "auto"
-    # "reference" (per sequence) | "batched" | "native" | None; None: native for GGUF, else the model's default
-    attention_backend: str | None = None
-    norm_backend: str = "auto"  # "native" | "torch" RMSNorm; "auto": native for a GGUF checkpoint, else torch
-    decode_backend: str = "auto"  # "fused" (all layers in one native call) | "layers"; "auto": fused unless exact
-    linear_backend: str = "torch"  # "torch" | "few-rows" (weight-major small-row products); torch is the reference
-    moe_backend: str = "grouped"  # "grouped" | "loop" (one matmul pair per expert, the reference)
-    huge_pages: bool = True  # CPU weights copied into transparent huge pages; fewer TLB misses per decode step
-    num_threads: int | None = None  # torch CPU threads; None: every core this process may use
-    step_threads: str | None = None  # "auto": per-step-size thread counts profiled at start-up; None/"off": all
-    exact: bool = False  # every speed option left unset takes its reference path (for parity tests)
+    weight_format: str = option("auto", "weights: gguf (a GGUF file's own blocks, fp32 activations), gguf_q8 "
+                                        "(activations rounded to Q8_0 as llama.cpp does), dtype, int8/int4 "
+                                        "(torch kernels), q8_0/q4_1 (re-quantised, native kernels); auto: "
+                                        "gguf for a GGUF file, else dtype", choices=WEIGHT_FORMATS)
+    attention_backend: str | None = option(None, "attention of the decode rows: reference (per sequence), "
+                                                 "batched or native; unset: native for a GGUF file, else the "
+                                                 "model's default",
+                                                 choices=("reference", "batched", "native"))
+    norm_backend: str = option("auto", "RMSNorm: torch's kernel or the native one; auto: native for a GGUF "
+                                       "file, else torch", choices=("torch", "native"))
+    decode_backend: str = option("auto", "decode-only steps of Llama models: per-layer modules (layers) or "
+                                         "all layers in one native call (fused); auto: fused unless exact",
+                                         choices=("layers", "fused"))
+    linear_backend: str = option("torch", "fp32 linears of a few rows (verify steps, small batches): torch's "
+                                          "F.linear, the reference, or weight-major (few-rows)",
+                                          choices=("torch", "few-rows"))
+    moe_backend: str = option("grouped", "mixture-of-experts layers: grouped matmuls, or loop (one matmul "
+                                         "pair per expert, the reference)", flag=None)
+    huge_pages: bool = option(True, "copy the CPU weights into transparent huge pages at start-up: fewer TLB "
+                                    "misses per decode step, the same values")
+    num_threads: int | None = option(None, "torch CPU threads; unset: every core this process may use",
+                                           flag="--threads", metavar="N")
+    step_threads: str | None = option(None, "intra-op threads per step: auto (profiled at start-up, about a "
+                                            "second; small steps may run on fewer threads) or off (every "
+                                            "step on all of them); unset: off in LLM, auto in recipe serve",
+                                            choices=("auto", "off"), serve_default="auto")
+    exact: bool = option(False, "the reference path for parity tests: each speed option left unset takes its "
+                                "reference (dequantised weights, per-sequence attention, torch RMSNorm, "
+                                "layered decode)")
 
     def __post_init__(self) -> None:
         _check([
@@ -103,18 +132,30 @@ class KVCacheConfig:
     memory (capped at `kv_cache_max_bytes` on the CPU, whose memory everything else shares).
     """
 
-    block_size: int = 16  # tokens per KV block; small blocks share more prefix, 16 keeps tables short
-    num_kv_blocks: int | None = None  # fixed pool size in blocks; None: sized from the byte budget
-    kv_cache_bytes: int | None = None  # pool bytes; None: a fraction of free memory
-    kv_cache_fraction: float = 0.5  # share of free device memory the pool takes; half leaves room for activations
-    kv_cache_max_bytes: int = 2 << 30  # CPU cap on the fraction-sized pool; host RAM is shared with everything
-    enable_prefix_caching: bool = True  # reuse earlier requests' KV for a common prefix; chat turns share most
-    release_window_blocks: bool = True  # sliding-window caches (DeepSeek-V4) give back blocks that slid out
-    kv_host_bytes: int | None = None  # host-memory tier budget (a shared-memory segment); None: off
-    kv_dir: str | None = None  # persistent directory tier, kept across restarts; None: off
-    kv_disk_bytes: int | None = None  # directory tier byte cap, least recently used out first; None: no cap
-    # retention classes over the defaults chat=7d, agent=3d: {"chat": "7d"} or ["agent=3d"]; normalised to seconds
-    kv_retention: Any = None
+    block_size: int = option(16, "tokens per KV block; small blocks share more prefix, 16 keeps block tables "
+                                 "short", flag=None)
+    num_kv_blocks: int | None = option(None, "fixed pool size in blocks; unset: sized from the byte budget",
+                                             flag=None)
+    kv_cache_bytes: int | None = option(None, "KV pool memory in bytes; unset: kv_cache_fraction of free "
+                                              "memory, capped on the CPU", metavar="BYTES")
+    kv_cache_fraction: float = option(0.5, "share of free device memory the pool takes; half leaves room for "
+                                           "activations", flag=None)
+    kv_cache_max_bytes: int = option(2 << 30, "CPU cap on the fraction-sized pool; host memory is shared "
+                                              "with everything else", flag=None)
+    enable_prefix_caching: bool = option(True, "reuse the KV of earlier requests' common prefixes; chat "
+                                               "turns share most of theirs")
+    release_window_blocks: bool = option(True, "sliding-window caches (DeepSeek-V4) give back the blocks "
+                                               "that slid out", flag=None)
+    kv_host_bytes: int | None = option(None, "host-memory KV tier of this many bytes in a shared-memory "
+                                             "segment; unset: off", parse="bytes", metavar="BYTES")
+    kv_dir: str | None = option(None, "persistent KV tier in this directory, kept across restarts and shared "
+                                      "by servers; unset: off", metavar="PATH")
+    kv_disk_bytes: int | None = option(None, "byte budget of kv_dir, least recently used blocks out first; "
+                                             "unset: no cap", parse="bytes", metavar="BYTES")
+    kv_retention: Any = option(None, "retention classes over the defaults chat=7d, agent=3d, each "  # noqa: RUF009 (a field)
+                                     "CLASS=DURATION (LLM takes a mapping or a list of them; the flag "
+                                     "repeats), normalised to seconds",
+                                     parse="retention", repeat=True, metavar="CLASS=DURATION")
 
     def __post_init__(self) -> None:
         _check([
@@ -140,12 +181,21 @@ class KVCacheConfig:
 class SessionCacheConfig:
     """The sliding-window session cache (DeepSeek-V4 only, `engine/session_cache.py`); off by default."""
 
-    swa_session_bytes: int | None = None  # host budget for active sessions' window state; None: off
-    swa_session_ttl: float = 180.0  # idle seconds before a session's window state expires; a chat turn's think time
-    swa_session_grain: int = 128  # window state is kept at multiples of this many tokens (a block multiple)
-    swa_replay: bool = True  # on a window miss replay only the last tokens before the boundary, not the prompt
-    swa_replay_margin: int | None = None  # replay sliding_window + this many tokens; None: the model's exact margin
-    swa_persist_window: bool = True  # with the lower KV tiers on, window state at each grain goes down too
+    swa_session_bytes: int | None = option(None, "keep active sessions' window state in this much host "
+                                                 "memory; unset: off", parse="bytes", metavar="BYTES")
+    swa_session_ttl: float = option(180.0, "drop a session's window state after this many idle seconds; 180 "
+                                           "covers a chat turn's think time",
+                                           parse="positive", metavar="SECONDS")
+    swa_session_grain: int = option(128, "keep window state at multiples of this many tokens (a multiple of "
+                                         "block_size)", parse="positive", metavar="TOKENS")
+    swa_replay: bool = option(True, "window-miss replay: recompute only the last tokens before the boundary, "
+                                    "not the whole prompt; off (--no-swa-replay): recompute the prompt",
+                              flag="--no-swa-replay")
+    swa_replay_margin: int | None = option(None, "on a window miss replay the sliding window plus this many "
+                                                 "tokens; unset (or exact): the model's exact margin",
+                                                 parse="replay_margin", metavar="exact|TOKENS")
+    swa_persist_window: bool = option(True, "with the lower KV tiers on, window state at each grain goes "
+                                            "down to them too", flag=None)
 
     def __post_init__(self) -> None:
         _check([
@@ -160,10 +210,13 @@ class SessionCacheConfig:
 class SchedulerConfig:
     """What one step may hold and how steps overlap."""
 
-    max_num_seqs: int = 64  # sequences in one step; enough to fill the CPU's matmuls at small models
-    max_num_batched_tokens: int = 1024  # token budget of one step (prefill chunks + decodes); bounds a step's time
-    async_scheduling: bool = True  # schedule the next step while the model runs this one
-    max_waiting_requests: int = 4096  # AsyncLLM: more queued requests raise QueueFullError, bounding memory
+    max_num_seqs: int = option(64, "most sequences in one step; 64 fills the CPU's matmuls at small models",
+                                   metavar="N")
+    max_num_batched_tokens: int = option(1024, "token budget of one step (prefill chunks + decodes); bounds "
+                                               "a step's time", metavar="N")
+    async_scheduling: bool = option(True, "schedule the next step while the model runs this one")
+    max_waiting_requests: int = option(4096, "AsyncLLM: more queued requests raise QueueFullError (HTTP "
+                                             "429), bounding memory", flag=None)
 
     def __post_init__(self) -> None:
         _check([
@@ -179,23 +232,51 @@ class SpeculativeConfig:
     knobs. Each `True` default is a measured improvement whose `False` is the earlier policy, kept as its
     reference."""
 
-    speculative: str | None = None  # drafter: None (off) | "ngram" | "draft-head" | "mtp"; off keeps plain decode
-    # draft tokens per step: an int in [1, 16], or "auto" (per sequence and step, from confidences and step costs)
-    num_speculative_tokens: int | str = "auto"
-    speculative_cost_model: str | None = None  # JSON step cost model for "auto"; None: profiled at start-up
-    speculative_cost_fit: str = "convex"  # how profiled costs interpolate: "convex" | "grid" | "plane"
-    speculative_cost_cells: bool = True  # "auto" learns each step shape's cost online over the start-up profile
-    speculative_cost_cells_fit: bool = True  # learned costs refitted in the profile's shape, weighted by count
-    speculative_draft_vocab: str = "reduced"  # draft-head: "reduced" frequency-ranked vocabulary | "full"
-    speculative_draft_head_weights: str = "q8_0"  # draft-head: "q8_0" copies (faster drafts) | "fp32" as loaded
-    speculative_async: bool = True  # steps that verify no draft overlap the next step's scheduling
-    speculative_unverified_verdicts: bool = True  # calibrate on every proposal's verdict, also unverified positions
-    speculative_hit_window: int = 24  # drafts in the running hit rate "auto" pauses on; long enough to damp noise
-    speculative_pause_margin: float = 0.6  # pause below this times break-even, resume at break-even (hysteresis)
-    speculative_offline_weight: float | None = 20.0  # draft-head: cap on offline calibration counts; None: all
-    speculative_price_drafting: bool = True  # "auto" stops a chained draft where its next position costs more
-    speculative_ngram_extend: bool = True  # ngram: drafts continue through their own tokens past the sequence end
-    speculative_ngram_match_buckets: bool = True  # ngram: calibrate per match length bucket, not per n alone
+    speculative: str | None = option(None, "speculative decoding drafter: ngram, draft-head or mtp; unset: "
+                                           "off, plain decoding",
+                                           choices=("ngram", "draft-head", "mtp"), metavar="METHOD")
+    num_speculative_tokens: int | str = option("auto", "draft tokens per step: an integer in [1, 16], or "
+                                                       "auto (per sequence and step, from confidences and "
+                                                       "step costs)", parse="draft_tokens", metavar="K|auto")
+    speculative_cost_model: str | None = option(None, "JSON step cost model for auto; unset: profiled at "
+                                                      "start-up", flag=None)
+    speculative_cost_fit: str = option("convex", "auto: the profiled step costs interpolated convex in "
+                                                 "tokens, non-decreasing (grid), or as a least-squares plane",
+                                                 choices=("convex", "grid", "plane"))
+    speculative_cost_cells: bool = option(True, "auto learns each step shape's cost online over the start-up "
+                                                "profile's (off: one running correction)")
+    speculative_cost_cells_fit: bool = option(True, "auto refits each batch size's learned step costs convex "
+                                                    "in tokens, weighted by their observations (off: the "
+                                                    "cells' own factors)")
+    speculative_draft_vocab: str = option("reduced", "draft-head: draft from the head's frequency-ranked "
+                                                     "vocabulary (reduced) or the whole one (full)",
+                                                     choices=("reduced", "full"))
+    speculative_draft_head_weights: str = option("q8_0", "draft-head: draft with Q8_0 copies of the head's "
+                                                         "weights (faster drafts) or the weights as loaded "
+                                                         "(fp32)", choices=("q8_0", "fp32"))
+    speculative_async: bool = option(True, "with async scheduling, steps that verify no draft overlap the "
+                                           "next one (off: every speculative step waits for its predecessor)")
+    speculative_unverified_verdicts: bool = option(True, "the drafter calibrates on every proposal's "
+                                                         "verdict, read off the emitted tokens, also where "
+                                                         "auto verified none")
+    speculative_hit_window: int = option(24, "auto pauses drafting on the first draft tokens' hit rate over "
+                                             "about this many drafts; 24 damps the noise",
+                                             parse="positive", metavar="N")
+    speculative_pause_margin: float = option(0.6, "auto pauses below this times break-even and resumes at "
+                                                  "break-even (hysteresis; 1: none)", metavar="F")
+    speculative_offline_weight: float | None = option(20.0, "draft-head: a calibration bin's offline "
+                                                            "verdicts weigh at most as much as this many of "
+                                                            "the run's own; None: no cap", metavar="N")
+    speculative_price_drafting: bool = option(True, "auto prices the drafter's own time: a chained draft "
+                                                    "stops where its next position no longer pays for itself, "
+                                                    "and the length policy counts the drafting time")
+    speculative_ngram_extend: bool = option(True, "ngram: drafts continue after the latest occurrence "
+                                                  "through their own tokens past the end, so a longer draft "
+                                                  "keeps its first tokens (off: the latest occurrence followed "
+                                                  "by a whole draft, else the earliest)")
+    speculative_ngram_match_buckets: bool = option(True, "ngram: calibrate confidences by how far back the "
+                                                         "occurrence matches (up to 32 tokens), not by the "
+                                                         "n-gram alone")
 
     def __post_init__(self) -> None:
         _check([
@@ -222,9 +303,13 @@ class SpeculativeConfig:
 class ParallelConfig:
     """Expert parallelism (`engine/expert_parallel`): rank processes and expert load balancing."""
 
-    expert_parallel_size: int = 1  # rank processes, routed experts sharded, attention data-parallel; 1: off
-    eplb_interval_steps: int | None = None  # rebalance expert placement every this many steps; None: never
-    eplb_redundant_experts: int = 0  # extra expert replicas the rebalancer may place; 0: each expert once
+    expert_parallel_size: int = option(1, "serve a mixture-of-experts checkpoint from this many rank "
+                                          "processes, routed experts sharded, attention data-parallel; 1: "
+                                          "one process", metavar="N")
+    eplb_interval_steps: int | None = option(None, "rebalance expert placement every this many steps; unset: "
+                                                   "never", flag=None)
+    eplb_redundant_experts: int = option(0, "extra expert replicas the rebalancer may place; 0: each expert "
+                                            "once", flag=None)
 
     def __post_init__(self) -> None:
         _check([
@@ -234,9 +319,9 @@ class ParallelConfig:
         ])
 
 
-GROUPS: dict[str, type] = {"checkpoint": CheckpointConfig, "kernels": KernelConfig, "kv": KVCacheConfig,
-                           "session": SessionCacheConfig, "scheduler": SchedulerConfig, "spec": SpeculativeConfig,
-                           "parallel": ParallelConfig}
+GROUPS: dict[str, type] = {"checkpoint": CheckpointConfig, "kv": KVCacheConfig, "session": SessionCacheConfig,
+                           "scheduler": SchedulerConfig, "spec": SpeculativeConfig, "parallel": ParallelConfig,
+                           "kernels": KernelConfig}
 """`EngineConfig`'s attribute name of each group, in the order `--help` and docs/flags.md show them."""
 
 

@@ -26,27 +26,6 @@ class Stoppable(Protocol):
     def stop(self) -> None: ...
 
 
-def add_disagg_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("disaggregated serving", "prefill and decode in separate worker processes")
-    g.add_argument("--prefill-workers", type=int, default=None, metavar="N",
-                   help="prefill worker processes (with --decode-workers: disaggregated serving)")
-    g.add_argument("--decode-workers", type=int, default=None, metavar="M", help="decode worker processes")
-    g.add_argument("--both-workers", type=int, default=0, metavar="K",
-                   help="colocated worker processes (both phases), balanced by the same router")
-    g.add_argument("--autoscale", action="store_true",
-                   help="move workers between the prefill and decode roles as load shifts")
-    g.add_argument("--handoff-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="longest a decode worker may take to take in a hand-off (default 30)")
-    g.add_argument("--no-pin-cores", action="store_true", help="do not pin workers to disjoint cores")
-    g.add_argument("--ray-address", default=None, metavar="ADDR|auto",
-                   help="run the workers as Ray actors on an existing Ray cluster (placement group spread over "
-                        "its nodes; KV hand-off through the object store); default 1 prefill + 1 decode worker")
-    g.add_argument("--ray-cpus-per-worker", type=float, default=1.0, metavar="CPUS",
-                   help="CPUs of each worker's placement-group bundle (default 1)")
-    g.add_argument("--no-ray-ship-model", action="store_true",
-                   help="the --model path exists on every Ray node: do not send its files through the object store")
-
-
 def disagg_requested(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "prefill_workers", None) or getattr(args, "decode_workers", None)
                 or getattr(args, "both_workers", 0) or getattr(args, "ray_address", None))

@@ -58,3 +58,19 @@ def test_kv_pool_is_sized_from_the_byte_budget() -> None:
     with pytest.raises(ValueError, match="holds no block"):
         LLM((TinyPagedLM(), TinyInfo()), dtype="float64", kv_cache_bytes=1, num_threads=1)
     llm.shutdown()
+
+
+def test_every_field_says_in_one_line_what_it_does() -> None:
+    """Each field's help (the `recipe serve --help` text and docs/flags.md) is one line, and names are unique
+    across the groups, so a flat name and a flag name say their group."""
+    import dataclasses
+
+    from recipe.engine.config import GROUPS, group_of
+
+    names = [f.name for cls in GROUPS.values() for f in dataclasses.fields(cls)]
+    assert len(names) == len(set(names))
+    for group, cls in GROUPS.items():
+        for f in dataclasses.fields(cls):
+            text = f.metadata.get("help", "")
+            assert text and "\n" not in text and len(text) <= 240, f.name
+            assert group_of(f.name) == group

@@ -51,11 +51,9 @@ COMMAND_LINES = (
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The engine keyword arguments `recipe serve` builds its engine with from `args`."""
-    from recipe.server.cli_serve import engine_config_from_args
-    from recipe.server.kv_flags import kv_engine_config
-    from recipe.server.swa_flags import swa_engine_config
+    from recipe.server.engine_flags import engine_config_from_args
 
-    return {**engine_config_from_args(args), **kv_engine_config(args), **swa_engine_config(args)}
+    return engine_config_from_args(args)
 
 
 def meanings(parser: argparse.ArgumentParser) -> dict[str, dict[str, Any]]:

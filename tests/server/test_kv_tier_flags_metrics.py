@@ -6,11 +6,13 @@ import argparse
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from recipe.engine.config import group_of
 from recipe.engine.kv_tiers import TierStats
 from recipe.engine.kv_tiers.tiered import LatencyHistogram, TierSnapshot
 from recipe.server.backend import BackendStats
 from recipe.server.cli_serve import add_parser
-from recipe.server.kv_flags import kv_engine_config, parse_bytes
+from recipe.server.engine_flags import engine_config_from_args
+from recipe.server.flag_types import parse_bytes
 from recipe.server.metrics import ServerMetrics
 
 
@@ -20,13 +22,18 @@ def parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(["serve", *argv])
 
 
+def kv_engine_config(args: argparse.Namespace) -> dict[str, object]:
+    """The engine keyword arguments of the KV group (`EngineConfig.kv`) the flags set."""
+    return {k: v for k, v in engine_config_from_args(args).items() if group_of(k) == "kv"}
+
+
 def test_flags_map_to_engine_config_fields() -> None:
     assert kv_engine_config(parse()) == {}
     args = parse("--kv-cache-bytes", str(64 << 20), "--kv-host-bytes", "1GiB", "--kv-dir", "/tmp/kv",
                  "--kv-disk-bytes", "2GB", "--kv-retention", "agent=1d", "--kv-retention", "batch=12h")
     assert args.kv_cache_bytes == 64 << 20
     assert kv_engine_config(args) == {
-        "kv_host_bytes": 1 << 30, "kv_dir": "/tmp/kv", "kv_disk_bytes": 2 * 10**9,
+        "kv_cache_bytes": 64 << 20, "kv_host_bytes": 1 << 30, "kv_dir": "/tmp/kv", "kv_disk_bytes": 2 * 10**9,
         "kv_retention": ["agent=1d", "batch=12h"]}
     from recipe.engine.config import EngineConfig
 

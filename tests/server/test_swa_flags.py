@@ -5,15 +5,20 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from recipe.engine.config import EngineConfig
+from recipe.engine.config import EngineConfig, group_of
 from recipe.server.cli_serve import add_parser
-from recipe.server.swa_flags import swa_engine_config
+from recipe.server.engine_flags import engine_config_from_args
 
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
     return parser.parse_args(["serve", *argv])
+
+
+def swa_engine_config(args: argparse.Namespace) -> dict[str, object]:
+    """The engine keyword arguments of the session cache group (`EngineConfig.session`) the flags set."""
+    return {k: v for k, v in engine_config_from_args(args).items() if group_of(k) == "session"}
 
 
 def test_flags_map_to_engine_config_fields() -> None:
