@@ -66,7 +66,21 @@ def render_doc() -> str:
                 f" (`{engine.field}`)")
             out.append(f"| {_cell(_spelling(a))}{note} | {_cell(default_text(a) or '—')} | {_cell(a.help or '')} |")
         out.append("")
-    return "\n".join(out)
+    return "\n".join([*out, *_fields_without_flags()])
+
+
+def _fields_without_flags() -> list[str]:
+    """The engine fields `recipe serve` leaves at their defaults: keyword arguments of `LLM` / `AsyncLLM` only."""
+    import dataclasses
+
+    from recipe.engine.config import GROUPS
+
+    rows = [f"| `{f.name}` | {group} | {_cell(str(f.default))} | {_cell(f.metadata['help'])} |"
+            for group, cls in GROUPS.items() for f in dataclasses.fields(cls)
+            if "flag" in f.metadata and f.metadata["flag"] is None]
+    return ["## engine fields without a flag", "", "Keyword arguments of `LLM(model, **config)` and `AsyncLLM` only; "
+            "`recipe serve` runs them at their defaults.", "", "| field | group | default | what it does |",
+            "| --- | --- | --- | --- |", *rows, ""]
 
 
 def main() -> int:
