@@ -191,6 +191,10 @@ class DisaggLLM:
     def error(self) -> BaseException | None:
         return None
 
+    def compute_path(self) -> None:
+        """None: each worker's engine runs its own path (its log says which)."""
+        return None
+
     def health_problem(self) -> str | None:
         """None when every worker is ready; else which are not (the router still serves if a path remains),
         or "engine stopped" after `shutdown`."""

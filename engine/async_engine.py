@@ -82,6 +82,9 @@ class AsyncLLM:
         """False once the engine failed or was shut down."""
         return not (self._stopped or self._closed or self._error is not None)
 
+    def compute_path(self) -> str:
+        return self.engine.compute_path()
+
     def health_problem(self) -> str | None:
         """None while the engine thread runs; "engine failed" or "engine stopped" once it does not."""
         if self._error is not None:

@@ -89,6 +89,10 @@ class EngineCore(Protocol):
 
     def stats(self) -> EngineStats: ...
 
+    def compute_path(self) -> str:
+        """One line naming the weights and kernels a step runs (`recipe serve` prints it at start-up)."""
+        ...
+
     def shutdown(self) -> None:
         """Stop: nothing runs after this; in-flight steps are dropped, processes and files released."""
         ...
@@ -112,6 +116,10 @@ class EngineClient(Protocol):
     @property
     def error(self) -> BaseException | None:
         """Why the engine failed, or None."""
+        ...
+
+    def compute_path(self) -> str | None:
+        """Its engine core's `compute_path`; None where no single core runs the steps (a cluster)."""
         ...
 
     def health_problem(self) -> str | None:

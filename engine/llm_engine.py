@@ -23,6 +23,7 @@ from recipe.engine.kv_cache import BlockStore
 from recipe.engine.kv_connector.base import KVConnector
 from recipe.engine.kv_kinds import TIERS_NEED_SESSIONS, MultiKindBlockManager
 from recipe.engine.kv_manager import KVManager, build_kv_manager
+from recipe.engine.linear_census import census_note
 from recipe.engine.model_runner import ModelRunner, kv_cache_blocks
 from recipe.engine.outputs import RequestOutput, RequestTiming
 from recipe.engine.prompt_check import check_prompt
@@ -318,6 +319,10 @@ class LLMEngine:
         )
 
     # ----- introspection --------------------------------------------------------------------------------
+    def compute_path(self) -> str:
+        """The config's path, and how many linears stayed dense where block weights were asked for."""
+        return self.config.compute_path + census_note(self.model)
+
     def stats(self) -> EngineStats:
         bm = self.block_manager
         return EngineStats(

@@ -121,17 +121,11 @@ def banner(config: ServerConfig, backend: Backend, names: tuple[str, ...]) -> st
 
 
 def engine_compute_path(backend: Backend) -> str | None:
-    """The embedded engine's `EngineConfig.compute_path` (which weights and kernels a step runs), if any, with
-    how many linears stayed dense where block weights were asked for (`recipe.engine.linear_census`)."""
-    engine = getattr(getattr(backend, "engine", None), "engine", None)
-    path = getattr(getattr(engine, "config", None), "compute_path", None)
-    if not isinstance(path, str):
-        return None
-    from recipe.engine.linear_census import census_note
-    from torch import nn
+    """Which weights and kernels the embedded engine's step runs (`EngineClient.compute_path`); None for a
+    backend without an engine (echo) or a cluster."""
+    from recipe.server.engine_backend import EngineBackend
 
-    model = getattr(engine, "model", None)
-    return path + (census_note(model) if isinstance(model, nn.Module) else "")
+    return backend.engine.compute_path() if isinstance(backend, EngineBackend) else None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -207,6 +207,10 @@ class ExpertParallelEngine:
     def drain(self) -> list[RequestOutput]:
         return []  # workers step synchronously: nothing is ever in flight between driver steps
 
+    def compute_path(self) -> str:
+        """The config's path (each rank's model lives in its own process, so no linear census here)."""
+        return self.config.compute_path
+
     def stats(self) -> EngineStats:
         """The ranks' stats summed; KV usage their mean; steps and model time the slowest rank's (the ranks
         step together)."""

@@ -3,6 +3,7 @@ decode step); `exact=True` is the reference for parity tests; explicit options w
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -98,14 +99,20 @@ def test_the_fused_step_reads_one_format_files_and_emits_what_the_layered_step_e
 
 
 def test_recipe_serve_names_the_path_at_start_up() -> None:
-    from types import SimpleNamespace
-
+    from recipe.engine import AsyncLLM
+    from recipe.server.backend import EchoBackend
     from recipe.server.cli_serve import engine_compute_path, engine_config_from_args
+    from recipe.server.engine_backend import EngineBackend
 
     from recipe.cli import build_parser
 
-    backend = SimpleNamespace(engine=SimpleNamespace(engine=SimpleNamespace(config=EngineConfig.from_kwargs(model="smollm2"))))
-    assert engine_compute_path(backend).startswith("fast path: the GGUF file's own quantised blocks")  # type: ignore[arg-type]
-    assert engine_compute_path(SimpleNamespace()) is None  # type: ignore[arg-type]
+    engine = AsyncLLM("smollm2", num_kv_blocks=16)
+    try:
+        path = engine_compute_path(EngineBackend(engine))
+        assert path is not None and path.startswith("fast path: the GGUF file's own quantised blocks"), path
+        assert "dense" not in path, path  # the demo file's linears all run on their blocks
+    finally:
+        asyncio.run(engine.shutdown())
+    assert engine_compute_path(EchoBackend()) is None
     args = build_parser().parse_args(["serve", "--exact"])
     assert EngineConfig.from_kwargs("smollm2", **engine_config_from_args(args)).kernels.weight_format == "dtype"
