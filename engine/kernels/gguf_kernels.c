@@ -314,6 +314,153 @@ static void gguf_group(int64_t n, int nr, int64_t m0, int64_t m1, int64_t K, con
         }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+/* AVX-512 (`gguf_group_f32` on such CPUs): the 4 weight rows of a group are dequantised SEG weights at a time into
+ * fp32 scratch (gguf-py's values s * q - mn, as above), and each segment serves the activation rows XB at a time
+ * with XB x 4 accumulators held in registers (the scratch and the rows' segments stay in L1). Each output is 16
+ * lanes accumulated over the row in order, then `_mm512_reduce_add_ps`: the same operations whatever M is. */
+#define SEG 512
+#define XB 6
+
+/* The 32 weights of one Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 block at b dequantised to fp32 (the values `unpack_unit` and the
+ * loop of `dequant_seg` give: s * q - mn), straight from the block's bytes. */
+static inline void block32_f32(int64_t qtype, const uint8_t *b, __m512 *w0, __m512 *w1) {
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const float d = f16(b);
+    float mn = 0.0f;
+    __m128i lo, hi;
+    if (qtype == T_Q8_0) {
+        lo = _mm_loadu_si128((const __m128i *)(b + 2));
+        hi = _mm_loadu_si128((const __m128i *)(b + 18));
+    } else {
+        const int offset = qtype == T_Q4_1 || qtype == T_Q5_1, five = qtype == T_Q5_0 || qtype == T_Q5_1;
+        const __m128i v = _mm_loadu_si128((const __m128i *)(b + 2 + 2 * offset + 4 * five));
+        lo = _mm_and_si128(v, m4);
+        hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+        if (five) {  /* bit j of the u32 after the scales: bit 4 of weight j (added: the nibble is below 16) */
+            uint32_t h;
+            memcpy(&h, b + 2 + 2 * offset, 4);
+            const __m128i bit = _mm_set1_epi8(0x10);
+            lo = _mm_mask_add_epi8(lo, (__mmask16)(h & 0xFFFF), lo, bit);
+            hi = _mm_mask_add_epi8(hi, (__mmask16)(h >> 16), hi, bit);
+        }
+        if (offset) {
+            mn = -f16(b + 2);
+        } else {
+            const __m128i bias = _mm_set1_epi8(five ? 16 : 8);
+            lo = _mm_sub_epi8(lo, bias);
+            hi = _mm_sub_epi8(hi, bias);
+        }
+    }
+    const __m512 vd = _mm512_set1_ps(d);
+    *w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), vd);
+    *w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), vd);
+    if (qtype == T_Q4_1 || qtype == T_Q5_1) {
+        *w0 = _mm512_sub_ps(*w0, _mm512_set1_ps(mn));
+        *w1 = _mm512_sub_ps(*w1, _mm512_set1_ps(mn));
+    }
+}
+
+static void dequant_seg(int64_t qtype, const uint8_t *row, int64_t k0, int64_t len, float *dst) {
+    const int64_t uw = unit_weights(qtype), ub = unit_bytes(qtype);
+    if (uw == QK) {
+        for (int64_t t = k0 / QK; t < (k0 + len) / QK; t++) {
+            __m512 w0, w1;
+            block32_f32(qtype, row + t * ub, &w0, &w1);
+            _mm512_store_ps(dst + (t * QK - k0), w0);
+            _mm512_store_ps(dst + (t * QK - k0) + 16, w1);
+        }
+        return;
+    }
+    const int has_min = has_offset(qtype);
+    unit_t u;
+    for (int64_t t = k0 / uw; t < (k0 + len) / uw; t++) {
+        unpack_unit(qtype, row + t * ub, &u);
+        float *o = dst + (t * uw - k0);
+        for (int64_t i = 0; i < uw / 16; i++) {
+            const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u.q + 16 * i))));
+            __m512 v = _mm512_mul_ps(q, _mm512_set1_ps(u.s[i]));
+            if (has_min) v = _mm512_sub_ps(v, _mm512_set1_ps(u.mn[i / 2]));
+            _mm512_store_ps(o + 16 * i, v);
+        }
+    }
+}
+
+/* One activation row against a group's rows of a 32-weight format, the weights dequantised in registers (no
+ * scratch): the same values and per-lane order as the segment path, so the same outputs. */
+static void row_direct(int nr, int64_t K, const uint8_t *w, int64_t row, int64_t qtype, const float *x, __m512 *acc) {
+    const int64_t ub = unit_bytes(qtype);
+    for (int64_t t = 0; t < K / QK; t++) {
+        const __m512 x0 = _mm512_loadu_ps(x + t * QK), x1 = _mm512_loadu_ps(x + t * QK + 16);
+        for (int r = 0; r < nr; r++) {
+            __m512 w0, w1;
+            block32_f32(qtype, w + r * row + t * ub, &w0, &w1);
+            acc[r] = _mm512_fmadd_ps(w1, x1, _mm512_fmadd_ps(w0, x0, acc[r]));
+        }
+    }
+}
+
+/* acc[m][r] += x rows m0 .. m0 + rows - 1 (rows <= XB; a compile-time count where inlined) times the 4 rows of wd
+ * over len weights of the segment at k0. */
+static inline __attribute__((always_inline)) void seg_block(int rows, int64_t m0, int64_t K, int64_t k0,
+                                                            int64_t len, const float *x, const float (*wd)[SEG],
+                                                            __m512 (*acc)[4]) {
+    __m512 a[XB][4];
+    for (int m = 0; m < rows; m++)
+        for (int r = 0; r < 4; r++) a[m][r] = acc[m0 + m][r];
+    for (int64_t i = 0; i < len; i += 16) {
+        const __m512 w0 = _mm512_load_ps(wd[0] + i), w1 = _mm512_load_ps(wd[1] + i);
+        const __m512 w2 = _mm512_load_ps(wd[2] + i), w3 = _mm512_load_ps(wd[3] + i);
+        for (int m = 0; m < rows; m++) {
+            const __m512 xv = _mm512_loadu_ps(x + (m0 + m) * K + k0 + i);
+            a[m][0] = _mm512_fmadd_ps(w0, xv, a[m][0]);
+            a[m][1] = _mm512_fmadd_ps(w1, xv, a[m][1]);
+            a[m][2] = _mm512_fmadd_ps(w2, xv, a[m][2]);
+            a[m][3] = _mm512_fmadd_ps(w3, xv, a[m][3]);
+        }
+    }
+    for (int m = 0; m < rows; m++)
+        for (int r = 0; r < 4; r++) acc[m0 + m][r] = a[m][r];
+}
+
+static void gguf_group_f32_512(int64_t n, int nr, int64_t m0, int64_t m1, int64_t K, const uint8_t *w,
+                               int64_t qtype, const float *x, float *y, int64_t ys, int64_t col) {
+    const int64_t row = K / unit_weights(qtype) * unit_bytes(qtype), rows = m1 - m0;
+    const float *xm = x + m0 * K;
+    if (m0 == 0) {  /* the group two ahead, as the AVX2 kernel asks for it */
+        const char *ahead = (const char *)(w + (n + 8) * row);
+        for (int64_t off = 0; off < 4 * row; off += 64) __builtin_prefetch(ahead + off, 0, 0);
+    }
+    if (rows == 1 && unit_weights(qtype) == QK) {
+        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        row_direct(nr, K, w + n * row, row, qtype, xm, a);
+        for (int r = 0; r < nr; r++) y[m0 * ys + col + r] = _mm512_reduce_add_ps(a[r]);
+        return;
+    }
+    _Alignas(64) float wd[4][SEG];
+    __m512 acc[MCHUNK][4];
+    for (int64_t m = 0; m < rows; m++)
+        for (int r = 0; r < 4; r++) acc[m][r] = _mm512_setzero_ps();
+    for (int r = nr; r < 4; r++) memset(wd[r], 0, sizeof wd[r]);  /* rows past N: zeros, never written out */
+    for (int64_t k0 = 0; k0 < K; k0 += SEG) {
+        const int64_t len = K - k0 < SEG ? K - k0 : SEG;
+        for (int r = 0; r < nr; r++) dequant_seg(qtype, w + (n + r) * row, k0, len, wd[r]);
+        int64_t m = 0;
+        for (; m + XB <= rows; m += XB) seg_block(XB, m, K, k0, len, xm, wd, acc);
+        switch (rows - m) {
+            case 5: seg_block(5, m, K, k0, len, xm, wd, acc); break;
+            case 4: seg_block(4, m, K, k0, len, xm, wd, acc); break;
+            case 3: seg_block(3, m, K, k0, len, xm, wd, acc); break;
+            case 2: seg_block(2, m, K, k0, len, xm, wd, acc); break;
+            case 1: seg_block(1, m, K, k0, len, xm, wd, acc); break;
+            default: break;
+        }
+    }
+    for (int64_t m = 0; m < rows; m++)
+        for (int r = 0; r < nr; r++) y[(m0 + m) * ys + col + r] = _mm512_reduce_add_ps(acc[m][r]);
+}
+#endif
+
 /* fp32 activations: each unit of 4 weight rows is dequantised once into registers/L1 (w = s * q - mn, the values
  * gguf-py's dequantiser gives) and used by up to MCHUNK rows of x as it is, so y is x times exactly the file's
  * dequantised weights: 8 fp32 lanes per output accumulated over the row in order, then `hsum`: the same
@@ -326,6 +473,10 @@ static inline __m256 cvt8(const int8_t *q) {
 
 static void gguf_group_f32(int64_t n, int nr, int64_t m0, int64_t m1, int64_t K, const uint8_t *w, int64_t qtype,
                            const float *x, float *y, int64_t ys, int64_t col) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    gguf_group_f32_512(n, nr, m0, m1, K, w, qtype, x, y, ys, col);
+    return;
+#endif
     const int64_t uw = unit_weights(qtype), ub = unit_bytes(qtype), units = K / uw, row = units * ub;
     const int64_t rows = m1 - m0, bpu = uw / QK;
     const int has_min = has_offset(qtype);
