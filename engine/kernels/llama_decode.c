@@ -172,7 +172,10 @@ static void f32_group(int64_t n, int64_t M, int64_t K, int64_t N, const float *w
 
 /* The team's meeting point: every thread waits, spinning, until all have arrived (sense reversal). OpenMP's
  * own barrier may put a waiting thread to sleep and wake it through the kernel, which costs more than the wait
- * itself at these sizes; after ~a million spins (far past any imbalance of one step) a waiter yields its core. */
+ * itself at these sizes; past SPIN_LIMIT spins (~0.1 ms of pauses, far past the imbalance of one linear) a waiter
+ * yields its core at every spin, so that on a machine with more runnable threads than cores the thread it waits
+ * for gets the core instead of a spinner holding it for a whole time slice at each of a step's barriers. */
+#define SPIN_LIMIT (1u << 11)
 typedef struct {
     atomic_int count, sense;
     int threads;
@@ -190,7 +193,7 @@ static void team_wait(SpinBarrier *b, int *sense) {
 #ifdef __AVX2__
         _mm_pause();
 #endif
-        if (spins > (1u << 20)) sched_yield();
+        if (spins > SPIN_LIMIT) sched_yield();
     }
 }
 
