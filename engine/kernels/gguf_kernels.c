@@ -386,18 +386,33 @@ static void dequant_seg(int64_t qtype, const uint8_t *row, int64_t k0, int64_t l
     }
 }
 
-/* One activation row against a group's rows of a 32-weight format, the weights dequantised in registers (no
- * scratch): the same values and per-lane order as the segment path, so the same outputs. */
+/* One activation row against a group's rows, the weights dequantised in registers (no scratch): the same values
+ * and per-lane order as the segment path, so the same outputs. */
 static void row_direct(int nr, int64_t K, const uint8_t *w, int64_t row, int64_t qtype, const float *x, __m512 *acc) {
-    const int64_t ub = unit_bytes(qtype);
-    for (int64_t t = 0; t < K / QK; t++) {
-        const __m512 x0 = _mm512_loadu_ps(x + t * QK), x1 = _mm512_loadu_ps(x + t * QK + 16);
-        for (int r = 0; r < nr; r++) {
-            __m512 w0, w1;
-            block32_f32(qtype, w + r * row + t * ub, &w0, &w1);
-            acc[r] = _mm512_fmadd_ps(w1, x1, _mm512_fmadd_ps(w0, x0, acc[r]));
+    const int64_t uw = unit_weights(qtype), ub = unit_bytes(qtype);
+    if (uw == QK) {
+        for (int64_t t = 0; t < K / QK; t++) {
+            const __m512 x0 = _mm512_loadu_ps(x + t * QK), x1 = _mm512_loadu_ps(x + t * QK + 16);
+            for (int r = 0; r < nr; r++) {
+                __m512 w0, w1;
+                block32_f32(qtype, w + r * row + t * ub, &w0, &w1);
+                acc[r] = _mm512_fmadd_ps(w1, x1, _mm512_fmadd_ps(w0, x0, acc[r]));
+            }
         }
+        return;
     }
+    const int has_min = has_offset(qtype);
+    unit_t u;
+    for (int64_t t = 0; t < K / uw; t++)
+        for (int r = 0; r < nr; r++) {
+            unpack_unit(qtype, w + r * row + t * ub, &u);
+            for (int64_t i = 0; i < uw / 16; i++) {
+                const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u.q + 16 * i))));
+                __m512 v = _mm512_mul_ps(q, _mm512_set1_ps(u.s[i]));
+                if (has_min) v = _mm512_sub_ps(v, _mm512_set1_ps(u.mn[i / 2]));
+                acc[r] = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + t * uw + 16 * i), acc[r]);
+            }
+        }
 }
 
 /* acc[m][r] += x rows m0 .. m0 + rows - 1 (rows <= XB; a compile-time count where inlined) times the 4 rows of wd
@@ -431,7 +446,7 @@ static void gguf_group_f32_512(int64_t n, int nr, int64_t m0, int64_t m1, int64_
         const char *ahead = (const char *)(w + (n + 8) * row);
         for (int64_t off = 0; off < 4 * row; off += 64) __builtin_prefetch(ahead + off, 0, 0);
     }
-    if (rows == 1 && unit_weights(qtype) == QK) {
+    if (rows == 1) {
         __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         row_direct(nr, K, w + n * row, row, qtype, xm, a);
         for (int r = 0; r < nr; r++) y[m0 * ys + col + r] = _mm512_reduce_add_ps(a[r]);
