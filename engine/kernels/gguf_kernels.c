@@ -361,6 +361,13 @@ static inline void block32_f32(int64_t qtype, const uint8_t *b, __m512 *w0, __m5
     }
 }
 
+/* Weights 16i .. 16i + 15 of an unpacked unit in fp32: s * q - mn. */
+static inline __m512 unit16_f32(const unit_t *u, int64_t i, int has_min) {
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u->q + 16 * i))));
+    const __m512 v = _mm512_mul_ps(q, _mm512_set1_ps(u->s[i]));
+    return has_min ? _mm512_sub_ps(v, _mm512_set1_ps(u->mn[i / 2])) : v;
+}
+
 static void dequant_seg(int64_t qtype, const uint8_t *row, int64_t k0, int64_t len, float *dst) {
     const int64_t uw = unit_weights(qtype), ub = unit_bytes(qtype);
     if (uw == QK) {
@@ -377,12 +384,7 @@ static void dequant_seg(int64_t qtype, const uint8_t *row, int64_t k0, int64_t l
     for (int64_t t = k0 / uw; t < (k0 + len) / uw; t++) {
         unpack_unit(qtype, row + t * ub, &u);
         float *o = dst + (t * uw - k0);
-        for (int64_t i = 0; i < uw / 16; i++) {
-            const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u.q + 16 * i))));
-            __m512 v = _mm512_mul_ps(q, _mm512_set1_ps(u.s[i]));
-            if (has_min) v = _mm512_sub_ps(v, _mm512_set1_ps(u.mn[i / 2]));
-            _mm512_store_ps(o + 16 * i, v);
-        }
+        for (int64_t i = 0; i < uw / 16; i++) _mm512_store_ps(o + 16 * i, unit16_f32(&u, i, has_min));
     }
 }
 
@@ -406,12 +408,8 @@ static void row_direct(int nr, int64_t K, const uint8_t *w, int64_t row, int64_t
     for (int64_t t = 0; t < K / uw; t++)
         for (int r = 0; r < nr; r++) {
             unpack_unit(qtype, w + r * row + t * ub, &u);
-            for (int64_t i = 0; i < uw / 16; i++) {
-                const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u.q + 16 * i))));
-                __m512 v = _mm512_mul_ps(q, _mm512_set1_ps(u.s[i]));
-                if (has_min) v = _mm512_sub_ps(v, _mm512_set1_ps(u.mn[i / 2]));
-                acc[r] = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + t * uw + 16 * i), acc[r]);
-            }
+            for (int64_t i = 0; i < uw / 16; i++)
+                acc[r] = _mm512_fmadd_ps(unit16_f32(&u, i, has_min), _mm512_loadu_ps(x + t * uw + 16 * i), acc[r]);
         }
 }
 
