@@ -26,7 +26,10 @@ from recipe.constraints import compile_constraint, soundness
 from recipe.constraints.kinds import ConstraintError
 from recipe.constraints.report import keywords
 
-_FORMATS = ["date", "email", "ipv4", "uuid", "date-time", "uri-reference", "regex", "hostname"]
+# `hostname`, `date-time`, `time` and `uri` are left out: the mask asserts them, the judge (`jsonschema` without
+# its optional format packages) does not, so a string the judge accepts may be refused (completeness, never
+# soundness; structured-output-soundness.md, "Not covered yet")
+_FORMATS = ["date", "email", "ipv4", "uuid", "uri-reference", "regex", "idn-email"]
 
 
 def _leaf() -> st.SearchStrategy[dict[str, Any]]:
