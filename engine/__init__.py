@@ -14,11 +14,11 @@ package beside the engine that depends on it, never the reverse).
   `engine/model_runner.py`;
 - async scheduling: the next step scheduled while the one in flight runs, its placeholder inputs filled on the
   model thread: `engine/llm_engine.py` (`step`), `engine/model_runner.py`;
-- paged KV: one KV manager interface `engine/kv_manager.py` (`engine/block_manager.py`, `engine/kv_kinds.py`
-  for several cache kinds) over `engine/block_pool.py`; the tensors `engine/kv_cache.py`, paged attention
-  `engine/layers/attention.py`;
+- paged KV: one KV manager parametrised by its cache kinds, `engine/block_manager.py` (built by
+  `engine/kv_manager.py`, kind geometry `engine/kv_kinds.py`) over `engine/block_pool.py`; the tensors
+  `engine/kv_cache.py`, paged attention `engine/layers/attention.py`;
 - prefix caching: chained block hashes (`chain_hash`) registered in `engine/block_pool.py`, matched by
-  `engine/block_manager.py` and `engine/kv_kinds.py`;
+  `engine/block_manager.py`;
 - KV tiers: host memory and a directory below the paged pool, `engine/kv_tiers/`;
 - session cache: DeepSeek-V4's sliding-window state per session, `engine/session_cache.py` and
   `engine/window_sessions.py`;

@@ -1,6 +1,6 @@
 """One pool of KV blocks of one cache kind: reference counts, the least-recently-freed queue, and prefix-cache
-registrations. Both KV managers account their blocks with it (`block_manager.BlockManager`: one pool for
-every kind of a paged cache; `kv_kinds.MultiKindBlockManager`: one per kind).
+registrations. The KV manager (`block_manager.BlockManager`) keeps one per cache kind (a paged cache: one,
+whose table every kind of the cache reads).
 
 Every block is free (reference count 0, in `free`) or used; `allocate` hands out the least recently freed
 block and ends its registration. A freed block keeps its registration, and stays a prefix-cache hit, until

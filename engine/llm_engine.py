@@ -17,12 +17,13 @@ from dataclasses import replace
 from typing import Any
 
 from recipe.engine import device as devices
+from recipe.engine.block_manager import BlockManager
 from recipe.engine.config import EngineConfig
 from recipe.engine.core import EngineStats  # re-exported: callers import it from here
 from recipe.engine.kv_cache import BlockStore
 from recipe.engine.kv_connector.base import KVConnector
-from recipe.engine.kv_kinds import TIERS_NEED_SESSIONS, MultiKindBlockManager
-from recipe.engine.kv_manager import KVManager, build_kv_manager
+from recipe.engine.kv_kinds import TIERS_NEED_SESSIONS
+from recipe.engine.kv_manager import build_kv_manager
 from recipe.engine.linear_census import census_note
 from recipe.engine.model_runner import ModelRunner, kv_cache_blocks
 from recipe.engine.outputs import RequestOutput, RequestTiming
@@ -60,11 +61,11 @@ class LLMEngine:
         self.vocab_size = int(self.model_info.vocab_size)
         self.eos_token_ids = frozenset(int(t) for t in self.model_info.eos_token_ids)
         specs = self.model.cache_specs() if hasattr(self.model, "cache_specs") else []
-        self.block_manager: KVManager = build_kv_manager(
+        self.block_manager: BlockManager = build_kv_manager(
             specs, num_blocks, cfg.kv.block_size, cfg.kv.enable_prefix_caching, cfg.scheduler.max_num_seqs,
             cfg.kv.release_window_blocks)
         # several cache kinds (DeepSeek-V4): the runner, session cache and tiers read every kind's tables
-        kinds = self.block_manager if isinstance(self.block_manager, MultiKindBlockManager) else None
+        kinds = self.block_manager if self.block_manager.per_kind_tables else None
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=cfg.scheduler.max_num_seqs,
                                    max_num_batched_tokens=cfg.scheduler.max_num_batched_tokens,
                                    max_model_len=self.max_model_len)

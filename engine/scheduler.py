@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from recipe.engine.kv_manager import KVManager
+from recipe.engine.block_manager import BlockManager
 from recipe.engine.layers.v4_kv import RELEASED
 from recipe.engine.sequence import Sequence, SequenceStatus
 
@@ -53,7 +53,7 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, block_manager: KVManager, *, max_num_seqs: int, max_num_batched_tokens: int,
+    def __init__(self, block_manager: BlockManager, *, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int) -> None:
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs

@@ -13,28 +13,28 @@ from hypothesis import strategies as st
 from recipe.engine.block_manager import BlockManager
 from recipe.engine.kv_cache import CacheSpec, KindPools, KVCache
 from recipe.engine.kv_connector.kv_payload import load_blocks, save_blocks
-from recipe.engine.kv_kinds import MultiKindBlockManager, rows_per_block
-from recipe.engine.kv_manager import KVManager, paged_kinds
+from recipe.engine.kv_kinds import rows_per_block
+from recipe.engine.kv_manager import paged_kinds
 from recipe.engine.layers.v4_kv import RELEASED
 from recipe.engine.layers.v4_kv import CacheSpec as KindSpec
 from recipe.engine.sampling_params import SamplingParams
 from recipe.engine.sequence import Sequence
 
 
-def build(layout: dict[str, Any], num_blocks: int, fill: bool) -> tuple[KVManager, Any]:
+def build(layout: dict[str, Any], num_blocks: int, fill: bool) -> tuple[BlockManager, Any]:
     """A manager and its block store (random contents when `fill`, else zeros)."""
     bs, dtype = layout["block_size"], layout["dtype"]
-    manager: KVManager
+    manager: BlockManager
     if layout["v4"]:
         specs = [KindSpec("window", 1, layout["window"], 5)] + [KindSpec(f"compressed_{m}", m, None, 3 + m % 5)
                                                                  for m in layout["rates"]]
-        v4 = MultiKindBlockManager(specs, num_blocks, bs, True, max_seqs=2)
+        v4 = BlockManager(specs, num_blocks, bs, True, max_seqs=2)
         store: Any = KindPools({s.name: torch.zeros(v4.counts[s.name], rows_per_block(s, bs), s.row_width, dtype=dtype)
                                 for s in specs})
         manager, tensors = v4, store.pools
     else:
         paged = [CacheSpec("full", 2, 2, (2, 3)), CacheSpec("latent", 1, 1, (4,))]
-        manager = BlockManager(num_blocks, bs, kinds=paged_kinds(paged))
+        manager = BlockManager.paged(num_blocks, bs, kinds=paged_kinds(paged))
         store = KVCache(paged, num_blocks, bs, dtype, "cpu")
         tensors = store.tensors
     if fill:

@@ -9,7 +9,7 @@ from recipe.engine.sequence import Sequence, SequenceStatus
 
 
 def make(num_blocks: int, budget: int = 64, max_seqs: int = 8, block_size: int = 4) -> Scheduler:
-    return Scheduler(BlockManager(num_blocks, block_size), max_num_seqs=max_seqs, max_num_batched_tokens=budget,
+    return Scheduler(BlockManager.paged(num_blocks, block_size), max_num_seqs=max_seqs, max_num_batched_tokens=budget,
                      max_model_len=10_000)
 
 
@@ -62,7 +62,7 @@ def test_under_block_pressure_the_youngest_is_preempted_and_the_oldest_finishes_
 
 
 def test_free_cached_blocks_are_evicted_least_recently_freed_first_and_tail_first() -> None:
-    bm = BlockManager(num_blocks=4, block_size=2)
+    bm = BlockManager.paged(num_blocks=4, block_size=2)
     a = seq("a", 4, first=0)  # 2 full blocks
     assert bm.admit(a, [], 4)
     a.num_computed_tokens = 4
@@ -82,7 +82,7 @@ def test_free_cached_blocks_are_evicted_least_recently_freed_first_and_tail_firs
 
 
 def test_prefix_match_follows_the_chain_not_block_contents_alone() -> None:
-    bm = BlockManager(num_blocks=8, block_size=2)
+    bm = BlockManager.paged(num_blocks=8, block_size=2)
     a = Sequence("a", 0, [1, 2, 3, 4, 9], SamplingParams())
     assert bm.admit(a, [], 5)
     a.num_computed_tokens = 5

@@ -32,7 +32,7 @@ def test_llm_generate_equals_transformers_with_every_cache_feature(v4_dir: Path,
                                                                    attention_backend: str) -> None:
     """The reference attention (one call per sequence) and the batched decode rows alike."""
     from recipe.engine import LLM, SamplingParams
-    from recipe.engine.kv_kinds import MultiKindBlockManager
+    from recipe.engine.block_manager import BlockManager
     from transformers import DeepseekV4ForCausalLM
 
     hf = DeepseekV4ForCausalLM.from_pretrained(v4_dir, dtype=torch.float32).eval()
@@ -45,7 +45,7 @@ def test_llm_generate_equals_transformers_with_every_cache_feature(v4_dir: Path,
         first = llm.generate(ps, params)
         again = llm.generate(ps, params)
         bm = llm.engine.block_manager
-        assert isinstance(bm, MultiKindBlockManager)
+        assert isinstance(bm, BlockManager) and bm.per_kind_tables
         bm.check_invariants()
         preempted = sum(s.num_preemptions for s in llm.engine.scheduler.seen)
     finally:
