@@ -11,12 +11,10 @@ prefix fills, so a caller copies the right blocks of every kind without knowing 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any
 
 from recipe.engine.block_manager import BlockManager
 from recipe.engine.layers.v4_kv import CacheSpec as KindSpec
-
-KVManager: TypeAlias = BlockManager  # the name the KV connector types its manager with
 
 
 def paged_kinds(specs: Sequence[Any]) -> tuple[str, ...]:

@@ -78,7 +78,7 @@ class ModelRunner:
         else:  # a model that keeps its own cache (the engine tests' tiny model)
             # a model with several cache kinds (DeepSeek-V4) gets each kind's block count
             model.allocate_kv_cache(num_blocks if kinds is None else kinds.counts, block_size, dtype, device)
-        self.kinds = kinds  # a MultiKindBlockManager: block tables of every cache kind
+        self.kinds = kinds  # a multi-kind cache (DeepSeek-V4): block tables of every cache kind
         # block copies of every kind (tiers, hand-off); None for a model whose layers keep unnamed caches
         self.kv_blocks: BlockStore | None = self.kv_cache or (KindPools(model.pools) if getattr(model, "pools", None)
                                                               else None)

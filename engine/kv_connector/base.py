@@ -19,8 +19,8 @@ from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
 import numpy as np
+from recipe.engine.block_manager import BlockManager
 from recipe.engine.kv_cache import BlockStore
-from recipe.engine.kv_manager import KVManager
 from recipe.engine.sampling_params import SamplingParams
 from recipe.engine.sequence import Sequence
 
@@ -28,7 +28,7 @@ from recipe.engine.sequence import Sequence
 class ConnectorHost(Protocol):
     """What a connector sees of its engine (`LLMEngine`)."""
 
-    block_manager: KVManager
+    block_manager: BlockManager
     kv_blocks: BlockStore | None
     swa_sessions: Any  # window_sessions.WindowSessions, or None
     max_model_len: int

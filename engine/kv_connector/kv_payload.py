@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from recipe.engine.block_manager import BlockManager
 from recipe.engine.kv_cache import BlockStore
-from recipe.engine.kv_manager import KVManager
 from recipe.engine.layers.v4_kv import RELEASED
 from recipe.engine.sequence import Sequence
 
 
-def save_blocks(store: BlockStore, manager: KVManager, seq: Sequence, skip_tokens: int, num_tokens: int,
+def save_blocks(store: BlockStore, manager: BlockManager, seq: Sequence, skip_tokens: int, num_tokens: int,
                 key: str) -> dict[str, np.ndarray]:
     """Copies of `seq`'s blocks holding KV of tokens [skip_tokens, num_tokens), every kind (see the module)."""
     tables = manager.tables_for(seq)
@@ -33,7 +33,7 @@ def save_blocks(store: BlockStore, manager: KVManager, seq: Sequence, skip_token
     return arrays
 
 
-def load_blocks(store: BlockStore, manager: KVManager, seq: Sequence, arrays: dict[str, np.ndarray],
+def load_blocks(store: BlockStore, manager: BlockManager, seq: Sequence, arrays: dict[str, np.ndarray],
                 skip_tokens: int, num_tokens: int, key: str) -> dict[str, list[int]]:
     """Write a `save_blocks` payload into `seq`'s blocks (allocated for at least `num_tokens` tokens); release
     the window positions it skipped. Returns, per kind, the table positions released."""
